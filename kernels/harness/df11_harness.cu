@@ -60,7 +60,9 @@ static void write_file(const std::string& p, const void* d, size_t n) {
 
 static bool load_unit(const std::string& dir, Unit& u) {
     std::vector<uint8_t> pos, exp;
-    u.name = dir.substr(dir.find_last_of('/') + 1);
+    std::string dd = dir;
+    while (dd.size() > 1 && dd.back() == '/') dd.pop_back();
+    u.name = dd.substr(dd.find_last_of('/') + 1);
     if (!read_file(dir + "/luts.bin", u.luts) || !read_file(dir + "/encoded_exponent.bin", u.codes) ||
         !read_file(dir + "/sign_mantissa.bin", u.sm) || !read_file(dir + "/gaps.bin", u.gaps) ||
         !read_file(dir + "/output_positions.bin", pos) || !read_file(dir + "/expected.bin", exp))
@@ -280,9 +282,11 @@ static uint32_t cpu_decode(const Unit& u, std::vector<uint16_t>& out) {
     const int K = (int)(u.luts.size() / 256), nbytes = (int)u.codes.size(), npos = (int)u.pos.size();
     const uint32_t n = (uint32_t)u.sm.size(), NB = (nbytes + 4095) / 4096;
     const uint8_t* lut = u.luts.data();
-    uint32_t mask[8] = {0}, tab[512];
+    uint32_t mask[8] = {0};
+    std::vector<uint32_t> tab(256 * K);
     for (int i = 1; i < 256; ++i) if (lut[i] != lut[i - 1]) mask[i >> 5] |= 1u << (i & 31);
-    for (int i = 0; i < 512; ++i) tab[i] = build_entry(i & 255, i < 256 ? 3 : 1, lut, mask, K);
+    for (int i = 0; i < 256 * K; ++i)
+        tab[i] = i < 512 ? step_entry(lut, mask, K, i & 255, i < 256 ? 3 : 1) : row_entry(lut, K, 1 + ((i - 512) >> 8), i & 255);
     auto be32 = [&](long long off) {
         uint32_t w = 0;
         for (int i = 0; i < 4; ++i) w = (w << 8) | (off + i < nbytes ? u.codes[off + i] : 0u);
@@ -296,14 +300,15 @@ static uint32_t cpu_decode(const Unit& u, std::vector<uint16_t>& out) {
     uint32_t status = 0;
     out.assign(n, 0xA5A5);
     std::vector<uint32_t> w0(512), w1(512), w2(512), gp(512), cnt(512), over(512), excl(512);
+    std::vector<uint8_t> stage(512 * DF11_SEG + 64);
     for (uint32_t b = 0; b < NB; ++b) {
         uint32_t p0 = u.pos[b], p1 = (int)b + 1 < npos ? u.pos[b + 1] : n;
-        uint32_t base = std::min(p0, n), end = std::min(p1, n), abase = base & ~15u, err = 0, total = 0;
+        uint32_t base = std::min(p0, n), end = std::min(std::max(p1, p0), n), abase = base & ~15u, err = 0, total = 0;
         for (uint32_t t = 0; t < 512; ++t) {
             uint32_t g = b * 512 + t;
             long long off = 8LL * g;
             w0[t] = be32(off), w1[t] = be32(off + 4), w2[t] = be32(off + 8), gp[t] = gapf(g);
-            uint32_t st = run_window<0>(w0[t], w1[t], w2[t], gp[t], tab, lut, K, nullptr, 0, err);
+            uint32_t st = run_window<3>(w0[t], w1[t], w2[t], gp[t], tab.data(), stage.data() + t * DF11_SEG, DF11_SEG_CAP, err);
             cnt[t] = st >> 6, over[t] = (st & 63) - 32, excl[t] = total, total += cnt[t];
         }
         if (end < n ? total != end - base : total < end - base) err |= DF11_ERR_COUNT;
@@ -317,8 +322,10 @@ static uint32_t cpu_decode(const Unit& u, std::vector<uint16_t>& out) {
         uint32_t klim = end - abase;
         for (uint32_t t = 0; t < 512; ++t) {
             uint32_t k0 = base - abase + excl[t];
-            if (k0 + cnt[t] <= klim) run_window<1>(w0[t], w1[t], w2[t], gp[t], tab, lut, K, buf.data() + k0, 0, err);
-            else if (k0 < klim) run_window<2>(w0[t], w1[t], w2[t], gp[t], tab, lut, K, buf.data() + k0, klim - k0, err);
+            if (cnt[t] <= DF11_SEG_CAP) {
+                if (k0 < klim) copy_run(buf.data(), k0, stage.data() + t * DF11_SEG, std::min(cnt[t], klim - k0));
+            } else if (k0 + cnt[t] <= klim) run_window<1>(w0[t], w1[t], w2[t], gp[t], tab.data(), buf.data() + k0, 0, err);
+            else if (k0 < klim) run_window<2>(w0[t], w1[t], w2[t], gp[t], tab.data(), buf.data() + k0, klim - k0, err);
         }
         for (uint32_t j = base; j < end; ++j) {
             uint32_t s = u.sm[j], e = buf[j - abase];
@@ -356,7 +363,7 @@ struct Dev {
     uint16_t *outbuf, *out;  // out = outbuf + GUARD, poisoned guard zones on both sides
     size_t n, guard;
     int K, nbytes, npos, NB;
-    int smem_staged, smem_direct;
+    int smem_staged, smem_direct, grid_staged, grid_direct;
 };
 static const size_t GUARD = 4096;
 
@@ -386,25 +393,32 @@ static void upload(const Unit& u, Dev& d) {
         M = std::max(M, e - u.pos[b]);
     }
     uint32_t cap = (M + 30) & ~15u;
-    d.smem_staged = DF11_SMEM_HDR + 2 * cap;
-    d.smem_direct = DF11_SMEM_HDR + cap;
+    d.smem_staged = DF11_HDR(d.K) + 3 * cap;
+    d.smem_direct = DF11_HDR(d.K) + cap;
+    // Persistent grid: as many CTAs as are resident at once.
+    int per_sm = 0, sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, df11_decode, DF11_THREADS, d.smem_staged));
+    d.grid_staged = std::max(1, std::min(d.NB, per_sm * sms));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, df11_decode, DF11_THREADS, d.smem_direct));
+    d.grid_direct = std::max(1, std::min(d.NB, per_sm * sms));
 }
 static void release(Dev& d) {
     cudaFree(d.luts); cudaFree(d.codes); cudaFree(d.sm); cudaFree(d.gaps);
     cudaFree(d.pos); cudaFree(d.status); cudaFree(d.outbuf);
 }
 
-static void launch(const Dev& d, int smem, cudaStream_t s = 0) {
-    df11_decode<<<d.NB, DF11_THREADS, smem, s>>>(d.luts, d.codes, d.sm, d.pos, d.gaps, d.out, d.K, d.nbytes,
+static void launch(const Dev& d, int smem, int grid, cudaStream_t s = 0) {
+    df11_decode<<<grid, DF11_THREADS, smem, s>>>(d.luts, d.codes, d.sm, d.pos, d.gaps, d.out, d.K, d.nbytes,
                                                  (int)d.n, d.npos, d.status);
 }
 
 // Poison, decode, compare (incl. guard zones). Returns status word; *exact = output equals expected.
-static uint32_t decode_check(const Unit& u, const Dev& d, int smem, bool* exact, bool* guard_ok,
+static uint32_t decode_check(const Unit& u, const Dev& d, int smem, int grid, bool* exact, bool* guard_ok,
                              size_t* first_bad = nullptr) {
     CK(cudaMemset(d.outbuf, 0xA5, (d.n + 2 * d.guard) * 2));
     CK(cudaMemset(d.status, 0, 4));
-    launch(d, smem);
+    launch(d, smem, grid);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     uint32_t st;
@@ -510,21 +524,25 @@ int main(int argc, char** argv) {
         Dev d;
         upload(u, d);
         double bits = 8.0 * (u.codes.size() + u.sm.size() + u.gaps.size() + u.pos.size() * 4) / u.sm.size();
-        printf("unit %s: n=%zu n_bytes=%d NB=%d K=%d npos=%d bits/w=%.3f smem staged=%d direct=%d\n",
-               u.name.c_str(), d.n, d.nbytes, d.NB, d.K, d.npos, bits, d.smem_staged, d.smem_direct);
+        printf("unit %s: n=%zu n_bytes=%d NB=%d K=%d npos=%d bits/w=%.3f smem staged=%d (grid %d) direct=%d (grid %d)\n",
+               u.name.c_str(), d.n, d.nbytes, d.NB, d.K, d.npos, bits, d.smem_staged, d.grid_staged, d.smem_direct,
+               d.grid_direct);
         bool ok = true;
         std::string detail;
-        std::vector<std::pair<std::string, int>> modes;
-        if (mode == "staged" || mode == "both") modes.push_back({"staged", d.smem_staged});
-        if (mode == "direct" || mode == "both") modes.push_back({"direct", d.smem_direct});
+        struct Mode { std::string name; int smem, grid; };
+        std::vector<Mode> modes;
+        if (mode == "staged" || mode == "both") modes.push_back({"staged", d.smem_staged, d.grid_staged});
+        if (mode == "direct" || mode == "both") modes.push_back({"direct", d.smem_direct, d.grid_direct});
+        if (mode == "both") modes.push_back({"staged_fullgrid", d.smem_staged, d.NB});
+        if (mode == "both") modes.push_back({"direct_fullgrid", d.smem_direct, d.NB});
         for (auto& m : modes) {
             bool exact, gok;
             size_t fb = 0;
-            uint32_t st = decode_check(u, d, m.second, &exact, &gok, &fb);
+            uint32_t st = decode_check(u, d, m.smem, m.grid, &exact, &gok, &fb);
             if (st || !exact || !gok) {
                 ok = false;
                 char buf[200];
-                snprintf(buf, sizeof buf, " [%s: status=%u exact=%d guard=%d first_bad=%zu]", m.first.c_str(), st,
+                snprintf(buf, sizeof buf, " [%s: status=%u exact=%d guard=%d first_bad=%zu]", m.name.c_str(), st,
                          exact, gok, fb);
                 detail += buf;
             }
@@ -551,7 +569,8 @@ int main(int argc, char** argv) {
                 CK(cudaMemcpy(d.gaps, c.gaps.data(), c.gaps.size(), cudaMemcpyHostToDevice));
                 CK(cudaMemcpy(d.pos, c.pos.data(), c.pos.size() * 4, cudaMemcpyHostToDevice));
                 bool exact, gok;
-                uint32_t st = decode_check(u, d, tr & 1 ? d.smem_direct : d.smem_staged, &exact, &gok);
+                uint32_t st = tr & 1 ? decode_check(u, d, d.smem_direct, d.grid_direct, &exact, &gok)
+                                     : decode_check(u, d, d.smem_staged, tr & 2 ? d.NB : d.grid_staged, &exact, &gok);
                 if (!gok) ++guard_bad;
                 if (st) ++flagged; else if (exact) ++exact_n; else ++silent;
             }
@@ -569,11 +588,11 @@ int main(int argc, char** argv) {
             CK(cudaEventCreate(&e1));
             for (auto& m : modes) {
                 std::vector<float> ts;
-                for (int i = 0; i < 3; ++i) launch(d, m.second);
+                for (int i = 0; i < 3; ++i) launch(d, m.smem, m.grid);
                 CK(cudaDeviceSynchronize());
                 for (int i = 0; i < iters; ++i) {
                     CK(cudaEventRecord(e0));
-                    launch(d, m.second);
+                    launch(d, m.smem, m.grid);
                     CK(cudaEventRecord(e1));
                     CK(cudaEventSynchronize(e1));
                     float t;
@@ -585,10 +604,10 @@ int main(int argc, char** argv) {
                 std::sort(s.begin(), s.end());
                 float med = median(ts);
                 float g = (float)(d.n * 2.0 / (med * 1e-3) / 1e9);
-                printf("bench %s %s: median %.4f ms (min %.4f max %.4f) = %.1f GB/s BF16 out, %.1f GB/s all bytes\n",
-                       u.name.c_str(), m.first.c_str(), med, s.front(), s.back(), g,
+                printf("bench %s %s (grid %d, smem %d): median %.4f ms (min %.4f max %.4f) = %.1f GB/s BF16 out, %.1f GB/s all bytes\n",
+                       u.name.c_str(), m.name.c_str(), m.grid, m.smem, med, s.front(), s.back(), g,
                        (d.n * 2.0 + u.codes.size() + u.sm.size() + u.gaps.size()) / (med * 1e-3) / 1e9);
-                if (m.first == "staged" || modes.size() == 1) ms = med, gbps = g;
+                if (m.name == "staged" || modes.size() == 1) ms = med, gbps = g;
             }
             // D2D copy of a buffer of the output's size, once per unit.
             uint16_t* tmp;
@@ -609,7 +628,7 @@ int main(int argc, char** argv) {
             CK(cudaFree(tmp));
             // Re-check correctness after the timing loop (same buffers).
             bool exact, gok;
-            uint32_t st = decode_check(u, d, d.smem_staged, &exact, &gok);
+            uint32_t st = decode_check(u, d, d.smem_staged, d.grid_staged, &exact, &gok);
             if (st || !exact || !gok) ok = false, detail += " [post-bench mismatch]";
         }
         release(d);

@@ -291,6 +291,17 @@ mod tests {
     }
 
     #[test]
+    fn merged_node_inherits_the_smaller_childs_symbol_for_ties() {
+        // EOF(1) + 5(1) -> node(2, rep EOF); node(2, EOF) ties with 7(2) and wins (EOF is
+        // smallest), so it takes the 0 bit: EOF = "00", 5 = "01", 7 = "1".
+        let t = CodeTable::dahuffman(&[(5, 1), (7, 2)]);
+        let get = |s| *t.words.iter().find(|w| w.symbol == s).unwrap();
+        assert_eq!((get(Symbol::Eof).length, get(Symbol::Eof).value), (2, 0b00));
+        assert_eq!((get(Symbol::Exponent(5)).length, get(Symbol::Exponent(5)).value), (2, 0b01));
+        assert_eq!((get(Symbol::Exponent(7)).length, get(Symbol::Exponent(7)).value), (1, 0b1));
+    }
+
+    #[test]
     fn fibonacci_counts_are_limited_to_32_bits() {
         let mut counts = Vec::new();
         let (mut a, mut b) = (1u64, 1u64);

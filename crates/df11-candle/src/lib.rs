@@ -14,6 +14,7 @@ pub mod huffman;
 pub mod model;
 pub mod patterns;
 pub mod safetensors_index;
+pub mod synth;
 pub mod unit;
 pub mod verify;
 
