@@ -141,7 +141,7 @@ impl Df11Model {
     }
 
     fn load_unit(index: &SafetensorsIndex, df11: &Df11Config, name: &str) -> Result<Df11Unit> {
-        let path = index.path_of(&format!("{name}.encoded_exponent"));
+        let path = unit_file(index, name);
         let matching = df11.pattern_dict.matching(name);
         let pattern = match matching.as_slice() {
             [] => {
@@ -185,11 +185,21 @@ impl Df11Model {
 
     /// Fetches the six tensors and checks their dtypes and shapes.
     fn unit_tensors_of<'a>(index: &'a SafetensorsIndex, name: &str) -> Result<UnitTensors<'a>> {
+        // A missing tensor is reported in the file holding the unit's other tensors.
+        let require = |tensor: &str, dtype, rank| {
+            index.require(tensor, dtype, rank).map_err(|e| match e {
+                Df11Error::MissingTensor { tensor, .. } => Df11Error::MissingTensor {
+                    path: unit_file(index, name),
+                    tensor,
+                },
+                e => e,
+            })
+        };
         let u8_1d = |field: &str| -> Result<RawTensor<'a>> {
-            index.require(&format!("{name}.{field}"), Dtype::U8, Some(1))
+            require(&format!("{name}.{field}"), Dtype::U8, Some(1))
         };
         let luts_name = format!("{name}.luts");
-        let luts = index.require(&luts_name, Dtype::U8, Some(2))?;
+        let luts = require(&luts_name, Dtype::U8, Some(2))?;
         if luts.shape[1] != 256 {
             return Err(Df11Error::WrongShape {
                 path: index.path_of(&luts_name),
@@ -198,7 +208,7 @@ impl Df11Model {
                 found: luts.shape.to_vec(),
             });
         }
-        let split = index.require(&format!("{name}.split_positions"), Dtype::I64, Some(1))?;
+        let split = require(&format!("{name}.split_positions"), Dtype::I64, Some(1))?;
         Ok(UnitTensors {
             encoded_exponent: u8_1d("encoded_exponent")?.data,
             sign_mantissa: u8_1d("sign_mantissa")?.data,
@@ -318,6 +328,15 @@ impl Df11Model {
             defect,
         }
     }
+}
+
+/// The file holding unit `name`'s tensors (the first of its six that exists).
+fn unit_file(index: &SafetensorsIndex, name: &str) -> PathBuf {
+    UNIT_FIELDS
+        .iter()
+        .map(|f| format!("{name}.{f}"))
+        .find(|t| index.contains(t))
+        .map_or_else(|| index.path_of(name), |t| index.path_of(&t))
 }
 
 /// Orders names so that digit runs compare as numbers (`layers.2` < `layers.10`).

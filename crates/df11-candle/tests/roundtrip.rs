@@ -76,7 +76,11 @@ fn roundtrip(members: &[Vec<u16>], ctx: &str) -> (EncodedUnit, UnitLayout) {
         layout.n_blocks
     );
     assert_eq!(layout.lut_rows, enc.lut_rows(), "{ctx}");
-    assert!((2..=18).contains(&layout.lut_rows), "{ctx}: K = {}", layout.lut_rows);
+    assert!(
+        (2..=18).contains(&layout.lut_rows),
+        "{ctx}: K = {}",
+        layout.lut_rows
+    );
     assert!(layout.max_block_elements <= 32768, "{ctx}");
 
     // Members: split positions are the cumulative sizes, and the ranges tile the unit.
@@ -88,8 +92,15 @@ fn roundtrip(members: &[Vec<u16>], ctx: &str) -> (EncodedUnit, UnitLayout) {
             cum
         })
         .collect();
-    assert_eq!(layout.split_positions, expected_splits, "{ctx}: split_positions");
-    assert_eq!(enc.split_positions.len(), 8 * expected_splits.len(), "{ctx}");
+    assert_eq!(
+        layout.split_positions, expected_splits,
+        "{ctx}: split_positions"
+    );
+    assert_eq!(
+        enc.split_positions.len(),
+        8 * expected_splits.len(),
+        "{ctx}"
+    );
     let ranges = layout.member_ranges();
     assert_eq!(ranges.len(), members.len().max(1), "{ctx}: member ranges");
     for (i, r) in ranges.iter().enumerate().take(members.len()) {
@@ -127,7 +138,11 @@ fn roundtrip(members: &[Vec<u16>], ctx: &str) -> (EncodedUnit, UnitLayout) {
     // Sign/mantissa bytes are as the format defines them.
     let flat: Vec<u16> = members.concat();
     for (i, (&w, &sm)) in flat.iter().zip(&enc.sign_mantissa).enumerate() {
-        assert_eq!(sm, (((w >> 8) & 0x80) | (w & 0x7F)) as u8, "{ctx}: sign_mantissa[{i}]");
+        assert_eq!(
+            sm,
+            (((w >> 8) & 0x80) | (w & 0x7F)) as u8,
+            "{ctx}: sign_mantissa[{i}]"
+        );
     }
 
     // Both decoders reproduce the input exactly.
@@ -171,7 +186,11 @@ fn normal_weights_of_many_sizes() {
         let (_, layout) = roundtrip(&[w], &format!("seed {seed}: N(0, 0.02) x {n}"));
         if n >= 100_000 {
             // Like real LLM weights: several LUT levels, codes well past 8 bits.
-            assert!(layout.lut_rows >= 3, "seed {seed}: n {n}: K = {}", layout.lut_rows);
+            assert!(
+                layout.lut_rows >= 3,
+                "seed {seed}: n {n}: K = {}",
+                layout.lut_rows
+            );
             assert!(layout.n_blocks >= 2, "seed {seed}: n {n}");
         }
     }
@@ -186,9 +205,18 @@ fn other_distributions() {
     let (seed, mut rng) = seeded("other_distributions");
     for &n in &[1usize, 5, 999, 50_001, 300_007] {
         // Norm weights, wide and narrow normals, subnormal-sized values and zeros.
-        roundtrip(&[normal(&mut rng, n, 1.0, 0.1)], &format!("seed {seed}: 1 + 0.1 N x {n}"));
-        roundtrip(&[normal(&mut rng, n, 0.0, 1.0)], &format!("seed {seed}: N(0, 1) x {n}"));
-        roundtrip(&[normal(&mut rng, n, 0.0, 1e-3)], &format!("seed {seed}: N(0, 1e-3) x {n}"));
+        roundtrip(
+            &[normal(&mut rng, n, 1.0, 0.1)],
+            &format!("seed {seed}: 1 + 0.1 N x {n}"),
+        );
+        roundtrip(
+            &[normal(&mut rng, n, 0.0, 1.0)],
+            &format!("seed {seed}: N(0, 1) x {n}"),
+        );
+        roundtrip(
+            &[normal(&mut rng, n, 0.0, 1e-3)],
+            &format!("seed {seed}: N(0, 1e-3) x {n}"),
+        );
         let tiny: Vec<u16> = (0..n)
             .map(|_| match rng.gen_range(0..4) {
                 0 => 0,
@@ -204,7 +232,19 @@ fn other_distributions() {
                 with_exponent(&mut rng, e)
             })
             .collect();
-        roundtrip(&[uniform], &format!("seed {seed}: uniform exponents x {n}"));
+        let ctx = format!("seed {seed}: uniform exponents x {n}");
+        if (100..10_000).contains(&n) {
+            // A few counts per exponent give codes of 6-11 bits whose prefixes need more
+            // than the 17 decode rows the format has: the encoder must say so, not panic.
+            match encode_unit(&[&le_bytes(&uniform)]) {
+                Ok(_) => {
+                    roundtrip(&[uniform], &ctx);
+                }
+                Err(e) => assert!(e.reason.contains("decode tables"), "{ctx}: {e:?}"),
+            }
+        } else {
+            roundtrip(&[uniform], &ctx);
+        }
         // A random histogram over a random set of exponents.
         let k = rng.gen_range(3..40);
         let mut symbols: Vec<u8> = (0..240u8).collect();
@@ -218,7 +258,10 @@ fn other_distributions() {
                 with_exponent(&mut rng, e)
             })
             .collect();
-        roundtrip(&[mixed], &format!("seed {seed}: random histogram over {k} exponents x {n}"));
+        roundtrip(
+            &[mixed],
+            &format!("seed {seed}: random histogram over {k} exponents x {n}"),
+        );
     }
 }
 
@@ -268,7 +311,10 @@ fn multi_member_units() {
         let mut wrong = sizes.clone();
         wrong[0] += 1;
         assert!(
-            matches!(layout.check_members(&wrong), Err(UnitDefect::MemberSizes { .. })),
+            matches!(
+                layout.check_members(&wrong),
+                Err(UnitDefect::MemberSizes { .. })
+            ),
             "{ctx}"
         );
         if m >= 2 {
@@ -277,7 +323,10 @@ fn multi_member_units() {
             shifted[1] -= 1;
             if shifted[1] > 0 {
                 assert!(
-                    matches!(layout.check_members(&shifted), Err(UnitDefect::SplitPositions(_))),
+                    matches!(
+                        layout.check_members(&shifted),
+                        Err(UnitDefect::SplitPositions(_))
+                    ),
                     "{ctx}"
                 );
             }
@@ -383,13 +432,15 @@ fn empty_members_are_refused_not_mis_encoded() {
 #[test]
 fn skewed_histogram_triggers_the_32_bit_limiter() {
     let (seed, mut rng) = seeded("skewed_histogram_triggers_the_32_bit_limiter");
-    // A few rare exponents (count 1..3) below a Fibonacci run long enough for codes > 32 bits
-    // before limiting: about 40 exponents and ~10-15 M elements.
-    let n_rare = rng.gen_range(3..8);
-    let mut counts: Vec<u64> = (0..n_rare).map(|_| rng.gen_range(1..4)).collect();
+    // Counts 2, 2, 4, 6, 10, ... (twice Fibonacci) make dahuffman's tree a chain whatever
+    // exponent gets which count: each merged node weighs one less than the next count, so no
+    // tie (whose outcome depends on the exponents' order) can break the chain. 33 exponents
+    // (about 18 M elements) are the fewest that give a code longer than 32 bits.
     let (mut a, mut b) = (1u64, 1u64);
-    while counts.len() < 34 || CodeTable::dahuffman(&pairs(&counts)).max_length() <= 32 {
-        counts.push(a);
+    let mut counts: Vec<u64> = Vec::new();
+    while CodeTable::dahuffman(&pairs(&counts)).max_length() <= 32 {
+        assert!(counts.len() < 40, "seed {seed}: no chain");
+        counts.push(2 * a);
         (a, b) = (b, a + b);
     }
     // Assign the counts to a random run of exponents in a random order.
@@ -415,7 +466,11 @@ fn skewed_histogram_triggers_the_32_bit_limiter() {
     let mut sorted: Vec<(u8, u64)> = hist.into_iter().collect();
     sorted.sort();
     let raw = CodeTable::dahuffman(&sorted);
-    assert!(raw.max_length() > 32, "{ctx}: raw code is {} bits", raw.max_length());
+    assert!(
+        raw.max_length() > 32,
+        "{ctx}: raw code is {} bits",
+        raw.max_length()
+    );
     let limited = CodeTable::length_limited(&sorted);
     assert!(limited.max_length() <= 32, "{ctx}");
 
@@ -423,14 +478,29 @@ fn skewed_histogram_triggers_the_32_bit_limiter() {
     let cut = rng.gen_range(1..n);
     let second = w.split_off(cut);
     let (enc, layout) = roundtrip(&[w, second], &ctx);
-    assert!(layout.lut_rows >= 5, "{ctx}: K = {} (4-level chains need >= 5)", layout.lut_rows);
-    assert!(layout.max_code_length > 24, "{ctx}: max length {}", layout.max_code_length);
+    eprintln!(
+        "{ctx}: raw code {} bits, limited {} bits, K = {}",
+        raw.max_length(),
+        layout.max_code_length,
+        layout.lut_rows
+    );
+    assert!(
+        layout.lut_rows >= 5,
+        "{ctx}: K = {} (4-level chains need >= 5)",
+        layout.lut_rows
+    );
+    // 33 chained exponents, the two rarest limited to count 1: the limit is reached exactly.
+    assert_eq!(layout.max_code_length as u32, MAX_CODE_LENGTH, "{ctx}");
     // The longest code of the limited codebook (an exponent, not EOF) is in the data and is
     // exactly the longest length the LUTs can produce.
     let (lens, _) = limited.by_exponent();
     let longest = *lens.iter().max().unwrap();
     assert_eq!(layout.max_code_length, longest, "{ctx}");
-    assert_eq!(&enc.luts[enc.luts.len() - 256..], &lens[..], "{ctx}: length row");
+    assert_eq!(
+        &enc.luts[enc.luts.len() - 256..],
+        &lens[..],
+        "{ctx}: length row"
+    );
 }
 
 fn pairs(counts: &[u64]) -> Vec<(u8, u64)> {
@@ -461,7 +531,11 @@ fn more_than_16384_elements_in_one_block() {
         .collect();
     let ctx = format!("seed {seed}: {n} elements mostly of exponent {main}");
     let (_, layout) = roundtrip(&[w], &ctx);
-    assert!(layout.max_block_elements > 16384, "{ctx}: {}", layout.max_block_elements);
+    assert!(
+        layout.max_block_elements > 16384,
+        "{ctx}: {}",
+        layout.max_block_elements
+    );
     assert!(layout.n_blocks >= 4, "{ctx}");
 
     // Only one exponent: every block holds exactly 32 768 one-bit codes.
@@ -514,7 +588,12 @@ fn exponents_from_240_are_refused_naming_the_member() {
 
 /// Writes a tiny one-layer qwen3 model; `q_dtype` is q_proj's dtype, `poison` an optional
 /// (tensor, element, bf16 bits) to plant.
-fn tiny_model(dir: &std::path::Path, rng: &mut StdRng, q_dtype: Dtype, poison: Option<(&str, usize, u16)>) {
+fn tiny_model(
+    dir: &std::path::Path,
+    rng: &mut StdRng,
+    q_dtype: Dtype,
+    poison: Option<(&str, usize, u16)>,
+) {
     let config = serde_json::json!({
         "architectures": ["Qwen3ForCausalLM"],
         "model_type": "qwen3",
@@ -592,9 +671,20 @@ fn compress_model_refuses_a_non_bf16_unit_weight() {
         .expect_err("an F32 q_proj must be refused");
     let msg = err.to_string();
     match &err {
-        Df11Error::Unencodable { path, tensor, reason } => {
-            assert_eq!(tensor, "model.layers.0.self_attn.q_proj.weight", "seed {seed}: {msg}");
-            assert_eq!(path.file_name().unwrap(), "model.safetensors", "seed {seed}: {msg}");
+        Df11Error::Unencodable {
+            path,
+            tensor,
+            reason,
+        } => {
+            assert_eq!(
+                tensor, "model.layers.0.self_attn.q_proj.weight",
+                "seed {seed}: {msg}"
+            );
+            assert_eq!(
+                path.file_name().unwrap(),
+                "model.safetensors",
+                "seed {seed}: {msg}"
+            );
             assert!(reason.contains("F32"), "seed {seed}: {msg}");
         }
         other => panic!("seed {seed}: expected Unencodable, got {other:?}"),
@@ -630,7 +720,10 @@ fn compress_model_refuses_a_non_bf16_unit_weight() {
     let msg = err.to_string();
     match &err {
         Df11Error::Unencodable { tensor, .. } => {
-            assert_eq!(tensor, "model.layers.0.mlp.up_proj.weight", "seed {seed}: {msg}")
+            assert_eq!(
+                tensor, "model.layers.0.mlp.up_proj.weight",
+                "seed {seed}: {msg}"
+            )
         }
         other => panic!("seed {seed}: expected Unencodable, got {other:?}"),
     }
