@@ -80,6 +80,18 @@ pub fn encode_unit(members: &[&[u8]]) -> Result<EncodedUnit, EncodeError> {
             });
         }
     }
+    if let Some(m) = members.iter().position(|b| b.is_empty()) {
+        return Err(EncodeError {
+            member: Some(m),
+            reason: "an empty weight cannot be a member of a DF11 unit".into(),
+        });
+    }
+    if members.is_empty() {
+        return Err(EncodeError {
+            member: None,
+            reason: "a unit needs at least one weight".into(),
+        });
+    }
     let n: usize = members.iter().map(|b| b.len() / 2).sum();
     if n >= 1 << 31 {
         return Err(EncodeError {

@@ -38,7 +38,7 @@ fn seeded(test: &str) -> (u64, StdRng) {
 // Making damaged copies.
 
 /// A temporary copy of the qwen3-tiny DF11 folder; the folder is `<tmp>/df11`.
-struct Copy {
+struct FolderCopy {
     _tmp: tempfile::TempDir,
     dir: PathBuf,
 }
@@ -47,14 +47,14 @@ fn fixture() -> PathBuf {
     common::model_dir("qwen3-tiny", "df11")
 }
 
-fn copy_fixture() -> Copy {
+fn copy_fixture() -> FolderCopy {
     let tmp = common::temp_dir();
     let dir = tmp.path().join("df11");
     std::fs::create_dir(&dir).unwrap();
     for e in std::fs::read_dir(fixture()).unwrap().flatten() {
         std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
     }
-    Copy { _tmp: tmp, dir }
+    FolderCopy { _tmp: tmp, dir }
 }
 
 /// An owned tensor read from a safetensors file.
@@ -124,6 +124,12 @@ fn edit_config(dir: &Path, edit: impl FnOnce(&mut Value)) {
     edit(&mut v);
     std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
 }
+
+/// Edits of a config, a tensor, split positions (given N) and output positions.
+type ConfigEdit = Box<dyn Fn(&mut Value)>;
+type TensorEdit = fn(&mut Tensor);
+type SplitEdit = fn(&mut Vec<i64>, i64);
+type PositionsEdit = fn(&mut Vec<u32>);
 
 fn u32s(bytes: &[u8]) -> Vec<u32> {
     bytes
@@ -352,7 +358,7 @@ fn unknown_version_opens_with_a_warning() {
 
 #[test]
 fn bad_dfloat11_config_is_invalid_config() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+    let cases: Vec<(&str, ConfigEdit)> = vec![
         (
             "threads_per_block [256]",
             Box::new(|v| v["dfloat11_config"]["threads_per_block"] = serde_json::json!([256])),
@@ -549,7 +555,7 @@ fn wrong_dtypes() {
 #[test]
 fn luts_with_a_wrong_shape() {
     let name = format!("{UNIT}.luts");
-    let cases: [(&str, fn(&mut Tensor)); 3] = [
+    let cases: [(&str, TensorEdit); 3] = [
         ("[K, 255]", |t| {
             let k = t.shape[0];
             t.data = t.data.chunks(256).flat_map(|r| r[..255].to_vec()).collect();
@@ -661,7 +667,7 @@ fn luts_symbol_with_a_bad_code_length() {
 
 #[test]
 fn split_positions_not_increasing_or_miscounted() {
-    let cases: [(&str, fn(&mut Vec<i64>, i64)); 6] = [
+    let cases: [(&str, SplitEdit); 6] = [
         ("two entries swapped", |v, _| v.swap(1, 2)),
         ("a repeated entry", |v, _| v[3] = v[2]),
         ("a zero first entry", |v, _| v[0] = 0),
@@ -774,7 +780,7 @@ fn unit_matching_two_patterns() {
 /// Flipping an `output_positions` entry is refused at open, or by the parallel decoder.
 #[test]
 fn flipped_output_positions() {
-    let cases: [(&str, fn(&mut Vec<u32>)); 7] = [
+    let cases: [(&str, PositionsEdit); 7] = [
         ("first entry 1", |v| v[0] = 1),
         ("middle entry + 1", |v| v[3] += 1),
         ("middle entry - 1", |v| v[3] -= 1),

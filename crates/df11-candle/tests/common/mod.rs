@@ -40,3 +40,31 @@ pub fn model_dir(name: &str, kind: &str) -> PathBuf {
 pub fn temp_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("a temporary folder")
 }
+
+/// The device tests run on: CUDA device 0 when built with the `cuda` feature (the GPU suite),
+/// else the CPU. With `cuda` on and no GPU, this fails loudly rather than quietly testing the CPU.
+pub fn device() -> candle_core::Device {
+    #[cfg(feature = "cuda")]
+    {
+        candle_core::Device::new_cuda(0).expect("the cuda feature is on but no CUDA device opened")
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        candle_core::Device::Cpu
+    }
+}
+
+/// A fresh random seed, printed so a failure can be replayed with `DF11_TEST_SEED`.
+pub fn seed() -> u64 {
+    let s = std::env::var("DF11_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("seed: {s} (set DF11_TEST_SEED={s} to replay)");
+    s
+}

@@ -1,0 +1,239 @@
+//! A compressed unit held on a candle device, and the custom op that decodes it.
+//!
+//! On the CPU the op runs the block-parallel decoder; on CUDA it launches the kernel of
+//! `kernels/df11_decode.cu`. Either way the result is a fresh BF16 tensor that lives only as long
+//! as the caller keeps it: decoded weights are not cached here.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use candle_core::{CpuStorage, CustomOp1, Device, Layout, Shape, Tensor};
+use half::bf16;
+
+use crate::decode::{block_elements, blocks_covering, decode_blocks, DecodeTable};
+use crate::error::{Df11Error, Result};
+use crate::model::{Df11Model, Df11Unit};
+use crate::unit::{UnitLayout, UnitTensors};
+
+/// Where the unit's bytes live.
+enum Store {
+    /// Host copies (the op's argument tensor holds `sign_mantissa`).
+    Cpu {
+        encoded_exponent: Vec<u8>,
+        luts: Vec<u8>,
+        gaps: Vec<u8>,
+        table: DecodeTable,
+    },
+    /// Device buffers for the kernel.
+    #[cfg(feature = "cuda")]
+    Cuda(crate::cuda::CudaUnit),
+}
+
+/// A compressed unit on a device: its six tensors (validated) and what decoding needs.
+pub struct Df11Group {
+    name: String,
+    layout: UnitLayout,
+    members: Vec<String>,
+    sign_mantissa: Tensor,
+    store: Store,
+}
+
+impl std::fmt::Debug for Df11Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Df11Group")
+            .field("name", &self.name)
+            .field("n_elements", &self.layout.n_elements)
+            .field("device", &self.sign_mantissa.device())
+            .finish()
+    }
+}
+
+impl Df11Group {
+    /// Puts a unit of an opened model on `device`.
+    pub fn load(model: &Df11Model, unit: &Df11Unit, device: &Device) -> Result<Arc<Self>> {
+        let t = model.unit_tensors(unit)?;
+        Self::new(&unit.name, unit.members.clone(), &t, unit.layout.clone(), device).map_err(
+            |e| match e {
+                Df11Error::InvalidUnit { defect, .. } => model.invalid(unit, defect),
+                other => other,
+            },
+        )
+    }
+
+    /// Puts validated unit tensors on `device`. `members` names the decoded matrices.
+    ///
+    /// On CUDA the unit is decoded once here and the kernel's status word checked, so a unit
+    /// whose bitstream is corrupt is refused at load with an error, not silently mis-decoded.
+    pub fn new(
+        name: &str,
+        members: Vec<String>,
+        t: &UnitTensors<'_>,
+        layout: UnitLayout,
+        device: &Device,
+    ) -> Result<Arc<Self>> {
+        let sign_mantissa = Tensor::from_slice(t.sign_mantissa, t.sign_mantissa.len(), device)?;
+        let store = match device {
+            Device::Cpu => Store::Cpu {
+                encoded_exponent: t.encoded_exponent.to_vec(),
+                luts: t.luts.to_vec(),
+                gaps: t.gaps.to_vec(),
+                table: DecodeTable::new(t.luts),
+            },
+            #[cfg(feature = "cuda")]
+            Device::Cuda(dev) => Store::Cuda(crate::cuda::CudaUnit::new(dev, t, &layout)?),
+            other => {
+                return Err(Df11Error::Usage(format!(
+                    "DF11 decoding is implemented for the CPU and CUDA, not {other:?}"
+                )))
+            }
+        };
+        let group = Arc::new(Self {
+            name: name.to_string(),
+            layout,
+            members,
+            sign_mantissa,
+            store,
+        });
+        #[cfg(feature = "cuda")]
+        if let Store::Cuda(_) = group.store {
+            let _ = group.decode()?;
+            group.check_status()?;
+        }
+        Ok(group)
+    }
+
+    /// Module path of the unit.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Names of the decoded matrices, in order.
+    pub fn members(&self) -> &[String] {
+        &self.members
+    }
+
+    /// Validated sizes.
+    pub fn layout(&self) -> &UnitLayout {
+        &self.layout
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        self.sign_mantissa.device()
+    }
+
+    /// Bytes the unit occupies on the device.
+    pub fn device_bytes(&self) -> usize {
+        match &self.store {
+            Store::Cpu {
+                encoded_exponent,
+                luts,
+                gaps,
+                ..
+            } => self.layout.n_elements + encoded_exponent.len() + luts.len() + gaps.len(),
+            #[cfg(feature = "cuda")]
+            Store::Cuda(c) => self.layout.n_elements + c.device_bytes(),
+        }
+    }
+
+    /// Decodes the whole unit: a BF16 tensor of N elements.
+    pub fn decode(&self) -> Result<Tensor> {
+        self.decode_blocks(0..self.layout.n_blocks)
+    }
+
+    /// Decodes blocks `blocks` only: BF16 values `output_positions[start]..output_positions[end]`.
+    pub fn decode_blocks(&self, blocks: Range<usize>) -> Result<Tensor> {
+        if blocks.start > blocks.end || blocks.end > self.layout.n_blocks {
+            return Err(Df11Error::Usage(format!(
+                "block range {blocks:?} outside the {} blocks of `{}`",
+                self.layout.n_blocks, self.name
+            )));
+        }
+        let op = DecodeOp {
+            group: self,
+            blocks,
+        };
+        Ok(self.sign_mantissa.apply_op1_no_bwd(&op)?)
+    }
+
+    /// Decodes the smallest block range covering `elements`; returns it and where `elements`
+    /// start inside it.
+    pub fn decode_elements(&self, elements: Range<usize>) -> Result<(Tensor, usize)> {
+        let blocks = blocks_covering(&self.layout, elements.clone());
+        let base = block_elements(&self.layout, blocks.clone()).start;
+        Ok((self.decode_blocks(blocks)?, elements.start - base))
+    }
+
+    /// On CUDA, reads and clears the kernel's error flags (a device sync); Ok on the CPU, whose
+    /// decoder returns errors directly.
+    pub fn check_status(&self) -> Result<()> {
+        match &self.store {
+            Store::Cpu { .. } => Ok(()),
+            #[cfg(feature = "cuda")]
+            Store::Cuda(c) => c.check_status().map_err(|defect| Df11Error::InvalidUnit {
+                path: std::path::PathBuf::from(format!("<device copy of {}>", self.name)),
+                unit: self.name.clone(),
+                defect,
+            }),
+        }
+    }
+}
+
+/// The custom op: argument `sign_mantissa`, result the decoded BF16 of `blocks`.
+struct DecodeOp<'a> {
+    group: &'a Df11Group,
+    blocks: Range<usize>,
+}
+
+impl CustomOp1 for DecodeOp<'_> {
+    fn name(&self) -> &'static str {
+        "df11-decode"
+    }
+
+    // Without the `cuda` feature the CPU store is the only variant.
+    #[allow(irrefutable_let_patterns)]
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let Store::Cpu {
+            encoded_exponent,
+            luts,
+            gaps,
+            table,
+        } = &self.group.store
+        else {
+            candle_core::bail!("df11: unit `{}` is not on the CPU", self.group.name)
+        };
+        let sm = match layout.contiguous_offsets() {
+            Some((a, b)) => &storage.as_slice::<u8>()?[a..b],
+            None => candle_core::bail!("df11: sign_mantissa must be contiguous"),
+        };
+        let t = UnitTensors {
+            encoded_exponent,
+            sign_mantissa: sm,
+            luts,
+            gaps,
+            // The decoder takes positions and splits from the validated layout.
+            output_positions: &[],
+            split_positions: &[],
+        };
+        let n = block_elements(&self.group.layout, self.blocks.clone()).len();
+        let mut out = vec![bf16::ZERO; n];
+        decode_blocks(&t, &self.group.layout, table, self.blocks.clone(), &mut out).map_err(
+            |defect| {
+                candle_core::Error::Msg(format!("df11: unit `{}`: {defect}", self.group.name))
+            },
+        )?;
+        Ok((CpuStorage::BF16(out), Shape::from(n)))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        storage: &candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let Store::Cuda(unit) = &self.group.store else {
+            candle_core::bail!("df11: unit `{}` is not on CUDA", self.group.name)
+        };
+        unit.decode(storage, layout, &self.group.layout, self.blocks.clone())
+    }
+}
