@@ -27,7 +27,10 @@ fn codec(c: &mut Criterion) {
     g.bench_function("decode_sequential_1_thread", |b| {
         b.iter(|| decode_sequential(&t, &layout, &table, &mut out).unwrap())
     });
-    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
     g.bench_function("decode_parallel_1_thread", |b| {
         b.iter(|| one.install(|| decode_parallel(&t, &layout, &table, &mut out).unwrap()))
     });

@@ -21,7 +21,11 @@ fn write(dir: &Path, files: &[(&str, &[u8])]) -> std::io::Result<()> {
     Ok(())
 }
 
-fn write_unit(dir: &Path, enc: &EncodedUnit, expected: &[bf16]) -> Result<(), Box<dyn std::error::Error>> {
+fn write_unit(
+    dir: &Path,
+    enc: &EncodedUnit,
+    expected: &[bf16],
+) -> Result<(), Box<dyn std::error::Error>> {
     let layout = UnitLayout::validate(&enc.tensors()).map_err(|d| d.to_string())?;
     write(
         dir,
@@ -93,7 +97,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let t = std::time::Instant::now();
             let enc = encode(&members)?;
             eprintln!("encoded {n} weights in {:.2} s", t.elapsed().as_secs_f64());
-            write_unit(Path::new(&args[1]).join("qwen3_8b_layer").as_path(), &enc, &w)?;
+            write_unit(
+                Path::new(&args[1]).join("qwen3_8b_layer").as_path(),
+                &enc,
+                &w,
+            )?;
         }
         Some("stress") if args.len() >= 2 => {
             let out = Path::new(&args[1]);
@@ -107,7 +115,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let tiny = synth::normal_bf16(1, 0.02, s);
             write_unit(&out.join("stress_one_element"), &encode(&[&tiny])?, &tiny)?;
             let odd = synth::normal_bf16(123_457, 0.02, s);
-            write_unit(&out.join("stress_odd_size"), &encode(&[&odd[..1000], &odd[1000..]])?, &odd)?;
+            write_unit(
+                &out.join("stress_odd_size"),
+                &encode(&[&odd[..1000], &odd[1000..]])?,
+                &odd,
+            )?;
         }
         _ => {
             eprintln!("usage: export_units model <df11-dir> <out> | qwen3-8b-layer <out> [seed] | stress <out> [seed]");

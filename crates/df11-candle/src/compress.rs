@@ -114,7 +114,9 @@ pub fn plan_units(index: &SafetensorsIndex, dict: &PatternDict) -> Result<Vec<Pl
         if let Some((b, _)) = units.iter().find(|(b, _)| a.starts_with(&format!("{b}."))) {
             return Err(Df11Error::InvalidConfig {
                 path: path_of(a),
-                reason: format!("unit `{a}` lies inside unit `{b}`; pattern_dict keys must not nest"),
+                reason: format!(
+                    "unit `{a}` lies inside unit `{b}`; pattern_dict keys must not nest"
+                ),
             });
         }
     }
@@ -267,7 +269,10 @@ fn prepare_output_dir(src: &Path, dst: &Path) -> Result<()> {
             reason: "the output folder already holds safetensors files; use an empty folder".into(),
         });
     }
-    for entry in std::fs::read_dir(src).map_err(|e| Df11Error::io(src, e))?.flatten() {
+    for entry in std::fs::read_dir(src)
+        .map_err(|e| Df11Error::io(src, e))?
+        .flatten()
+    {
         let p = entry.path();
         let name = entry.file_name().to_string_lossy().to_string();
         let skip = name == "config.json"

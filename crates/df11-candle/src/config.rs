@@ -130,7 +130,10 @@ impl PatternDict {
 
     /// The patterns that full-match `module`.
     pub fn matching(&self, module: &str) -> Vec<&Pattern> {
-        self.patterns.iter().filter(|p| p.is_match(module)).collect()
+        self.patterns
+            .iter()
+            .filter(|p| p.is_match(module))
+            .collect()
     }
 }
 
@@ -169,7 +172,11 @@ impl Df11Config {
             .ok_or_else(|| bad("dfloat11_config must be an object".into()))?;
         let version = match obj.get("version") {
             Some(Value::String(s)) => s.clone(),
-            Some(other) => return Err(bad(format!("dfloat11_config.version must be a string, found {other}"))),
+            Some(other) => {
+                return Err(bad(format!(
+                    "dfloat11_config.version must be a string, found {other}"
+                )))
+            }
             None => String::from("unknown"),
         };
         let threads_per_block = match obj.get("threads_per_block") {
@@ -177,7 +184,9 @@ impl Df11Config {
                 .iter()
                 .map(|v| v.as_u64().map(|x| x as usize))
                 .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| bad("dfloat11_config.threads_per_block must be a list of integers".into()))?,
+                .ok_or_else(|| {
+                    bad("dfloat11_config.threads_per_block must be a list of integers".into())
+                })?,
             Some(Value::Number(n)) => vec![n.as_u64().unwrap_or(0) as usize],
             _ => return Err(bad("dfloat11_config.threads_per_block is missing".into())),
         };
@@ -244,11 +253,10 @@ pub fn read_config_json(dir: &Path) -> Result<(PathBuf, Value)> {
             Df11Error::io(&path, e)
         }
     })?;
-    let value: Value =
-        serde_json::from_str(&text).map_err(|source| Df11Error::Json {
-            path: path.clone(),
-            source,
-        })?;
+    let value: Value = serde_json::from_str(&text).map_err(|source| Df11Error::Json {
+        path: path.clone(),
+        source,
+    })?;
     Ok((path, value))
 }
 
@@ -266,7 +274,7 @@ pub fn is_legacy_pickle_repo(dir: &Path, config: Option<&Value>) -> bool {
                 .any(|e| e.path().extension().is_some_and(|x| x == "pkl"))
         })
         .unwrap_or(false);
-    has_pickles && !config.is_some_and(|c| c.get("dfloat11_config").is_some())
+    has_pickles && config.is_none_or(|c| c.get("dfloat11_config").is_none())
 }
 
 /// Reads `dir/config.json` and its `dfloat11_config`, refusing legacy and non-DF11 folders.
@@ -323,10 +331,9 @@ mod tests {
 
     #[test]
     fn pattern_dict_keeps_order() {
-        let v: Value = serde_json::from_str(
-            r#"{"z": [], "a": ["self_attn.o_proj", "self_attn.qkv_proj"]}"#,
-        )
-        .unwrap();
+        let v: Value =
+            serde_json::from_str(r#"{"z": [], "a": ["self_attn.o_proj", "self_attn.qkv_proj"]}"#)
+                .unwrap();
         let d = PatternDict::from_json(&v).unwrap();
         assert_eq!(d.patterns()[0].key, "z");
         assert_eq!(

@@ -84,7 +84,10 @@ impl DecodeTable {
                 let free = 8 - (known - start);
                 let lo = idx >> free << free;
                 let first = self.rows[row][lo];
-                if self.rows[row][lo..lo + (1 << free)].iter().any(|&x| x != first) {
+                if self.rows[row][lo..lo + (1 << free)]
+                    .iter()
+                    .any(|&x| x != first)
+                {
                     return None;
                 }
                 first
@@ -201,7 +204,10 @@ fn decode_run<const CHECK: bool>(
             next_window = (at / 64 + 1) * 64;
         }
         let (sym, len) = if count > 0 {
-            ((e >> 16) as u8, table.lengths[(e >> 16) as u8 as usize] as u32)
+            (
+                (e >> 16) as u8,
+                table.lengths[(e >> 16) as u8 as usize] as u32,
+            )
         } else {
             table
                 .walk(bits)
@@ -224,7 +230,9 @@ pub fn decode_sequential(
 ) -> Result<(), UnitDefect> {
     check_output(layout.n_elements, out.len())?;
     let out: &mut [u16] = bytemuck::cast_slice_mut(out);
-    let end = decode_run::<false>(table, t.encoded_exponent, t.sign_mantissa, out, 0, |_| Ok(()))?;
+    let end = decode_run::<false>(table, t.encoded_exponent, t.sign_mantissa, out, 0, |_| {
+        Ok(())
+    })?;
     check_end(end, layout)
 }
 

@@ -21,7 +21,10 @@ pub enum UnitDefect {
     /// `output_positions` has the wrong length, does not start at 0, decreases, or does not end at N.
     OutputPositions(String),
     /// `gaps` is shorter than `320 * n_blocks` bytes.
-    GapsLength { expected_at_least: usize, found: usize },
+    GapsLength {
+        expected_at_least: usize,
+        found: usize,
+    },
     /// `split_positions` is not strictly increasing inside `(0, N)`, or disagrees with the members.
     SplitPositions(String),
     /// A size does not fit the 32-bit sizes of the GPU kernel, or the stream is empty while N > 0.
@@ -38,14 +41,26 @@ impl std::fmt::Display for UnitDefect {
         match self {
             Self::LutShape(s) => write!(f, "bad luts shape: {s}"),
             Self::LutPointer { row, index, value } => {
-                write!(f, "luts[{row}][{index}] = {value} points at a row that does not exist")
+                write!(
+                    f,
+                    "luts[{row}][{index}] = {value} points at a row that does not exist"
+                )
             }
             Self::LutCodeLength { symbol, length } => {
-                write!(f, "symbol {symbol} has code length {length} (must be 1..=32)")
+                write!(
+                    f,
+                    "symbol {symbol} has code length {length} (must be 1..=32)"
+                )
             }
             Self::OutputPositions(s) => write!(f, "bad output_positions: {s}"),
-            Self::GapsLength { expected_at_least, found } => {
-                write!(f, "gaps has {found} bytes, expected at least {expected_at_least}")
+            Self::GapsLength {
+                expected_at_least,
+                found,
+            } => {
+                write!(
+                    f,
+                    "gaps has {found} bytes, expected at least {expected_at_least}"
+                )
             }
             Self::SplitPositions(s) => write!(f, "bad split_positions: {s}"),
             Self::Size(s) => write!(f, "bad sizes: {s}"),

@@ -52,12 +52,17 @@ impl Df11Group {
     /// Puts a unit of an opened model on `device`.
     pub fn load(model: &Df11Model, unit: &Df11Unit, device: &Device) -> Result<Arc<Self>> {
         let t = model.unit_tensors(unit)?;
-        Self::new(&unit.name, unit.members.clone(), &t, unit.layout.clone(), device).map_err(
-            |e| match e {
-                Df11Error::InvalidUnit { defect, .. } => model.invalid(unit, defect),
-                other => other,
-            },
+        Self::new(
+            &unit.name,
+            unit.members.clone(),
+            &t,
+            unit.layout.clone(),
+            device,
         )
+        .map_err(|e| match e {
+            Df11Error::InvalidUnit { defect, .. } => model.invalid(unit, defect),
+            other => other,
+        })
     }
 
     /// Puts validated unit tensors on `device`. `members` names the decoded matrices.
@@ -192,7 +197,11 @@ impl CustomOp1 for DecodeOp<'_> {
 
     // Without the `cuda` feature the CPU store is the only variant.
     #[allow(irrefutable_let_patterns)]
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         let Store::Cpu {
             encoded_exponent,
             luts,
@@ -218,9 +227,7 @@ impl CustomOp1 for DecodeOp<'_> {
         let n = block_elements(&self.group.layout, self.blocks.clone()).len();
         let mut out = vec![bf16::ZERO; n];
         decode_blocks(&t, &self.group.layout, table, self.blocks.clone(), &mut out).map_err(
-            |defect| {
-                candle_core::Error::Msg(format!("df11: unit `{}`: {defect}", self.group.name))
-            },
+            |defect| candle_core::Error::Msg(format!("df11: unit `{}`: {defect}", self.group.name)),
         )?;
         Ok((CpuStorage::BF16(out), Shape::from(n)))
     }

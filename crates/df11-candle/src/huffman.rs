@@ -232,8 +232,9 @@ impl CodeTable {
         for &(sym, len, _) in &codes {
             luts[lengths + sym as usize] = len as u8;
         }
-        debug_assert!(luts[..lengths].iter().all(|&v| v < LUT_POINTER_MIN
-            || (256 - v as usize) < prefixes.len()));
+        debug_assert!(luts[..lengths]
+            .iter()
+            .all(|&v| v < LUT_POINTER_MIN || (256 - v as usize) < prefixes.len()));
         Ok(luts)
     }
 }
@@ -283,10 +284,31 @@ mod tests {
         // 1(5) + node(7) -> root. Codes: 1 = "0", 3 = "10", EOF = "110", 2 = "111".
         let t = CodeTable::dahuffman(&[(1, 5), (2, 3), (3, 3)]);
         let get = |s| *t.words.iter().find(|w| w.symbol == s).unwrap();
-        assert_eq!((get(Symbol::Exponent(1)).length, get(Symbol::Exponent(1)).value), (1, 0));
-        assert_eq!((get(Symbol::Exponent(3)).length, get(Symbol::Exponent(3)).value), (2, 0b10));
-        assert_eq!((get(Symbol::Eof).length, get(Symbol::Eof).value), (3, 0b110));
-        assert_eq!((get(Symbol::Exponent(2)).length, get(Symbol::Exponent(2)).value), (3, 0b111));
+        assert_eq!(
+            (
+                get(Symbol::Exponent(1)).length,
+                get(Symbol::Exponent(1)).value
+            ),
+            (1, 0)
+        );
+        assert_eq!(
+            (
+                get(Symbol::Exponent(3)).length,
+                get(Symbol::Exponent(3)).value
+            ),
+            (2, 0b10)
+        );
+        assert_eq!(
+            (get(Symbol::Eof).length, get(Symbol::Eof).value),
+            (3, 0b110)
+        );
+        assert_eq!(
+            (
+                get(Symbol::Exponent(2)).length,
+                get(Symbol::Exponent(2)).value
+            ),
+            (3, 0b111)
+        );
         assert_complete_prefix_code(&t);
     }
 
@@ -297,8 +319,20 @@ mod tests {
         let t = CodeTable::dahuffman(&[(5, 1), (7, 2)]);
         let get = |s| *t.words.iter().find(|w| w.symbol == s).unwrap();
         assert_eq!((get(Symbol::Eof).length, get(Symbol::Eof).value), (2, 0b00));
-        assert_eq!((get(Symbol::Exponent(5)).length, get(Symbol::Exponent(5)).value), (2, 0b01));
-        assert_eq!((get(Symbol::Exponent(7)).length, get(Symbol::Exponent(7)).value), (1, 0b1));
+        assert_eq!(
+            (
+                get(Symbol::Exponent(5)).length,
+                get(Symbol::Exponent(5)).value
+            ),
+            (2, 0b01)
+        );
+        assert_eq!(
+            (
+                get(Symbol::Exponent(7)).length,
+                get(Symbol::Exponent(7)).value
+            ),
+            (1, 0b1)
+        );
     }
 
     #[test]

@@ -251,9 +251,7 @@ impl Df11Model {
 
     /// The unit and member index a compressed weight belongs to.
     pub fn find_member(&self, weight: &str) -> Option<(&Df11Unit, usize)> {
-        self.members
-            .get(weight)
-            .map(|&(u, i)| (&self.units[u], i))
+        self.members.get(weight).map(|&(u, i)| (&self.units[u], i))
     }
 
     /// Names of every compressed weight.
@@ -382,8 +380,21 @@ mod tests {
 
     #[test]
     fn natural_order() {
-        let mut v = vec!["model.layers.10", "model.layers.2", "lm_head", "model.layers.1"];
+        let mut v = vec![
+            "model.layers.10",
+            "model.layers.2",
+            "lm_head",
+            "model.layers.1",
+        ];
         v.sort_by(|a, b| natural_cmp(a, b));
-        assert_eq!(v, ["lm_head", "model.layers.1", "model.layers.2", "model.layers.10"]);
+        assert_eq!(
+            v,
+            [
+                "lm_head",
+                "model.layers.1",
+                "model.layers.2",
+                "model.layers.10"
+            ]
+        );
     }
 }

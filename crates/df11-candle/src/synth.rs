@@ -25,7 +25,9 @@ pub fn normal_bf16(n: usize, std: f32, seed: u64) -> Vec<bf16> {
     let dist = Normal::new(0.0f32, std).expect("std > 0");
     let mut out = vec![bf16::ZERO; n];
     out.par_chunks_mut(CHUNK).enumerate().for_each(|(i, c)| {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut rng = rand::rngs::StdRng::seed_from_u64(
+            seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        );
         for v in c {
             *v = bf16::from_f32(dist.sample(&mut rng));
         }
@@ -63,7 +65,11 @@ pub fn one_exponent_mostly(n: usize, seed: u64) -> Vec<bf16> {
     (0..n)
         .map(|_| {
             let sm: u16 = rng.gen();
-            let e: u16 = if rng.gen_ratio(1, 5000) { rng.gen_range(100..130) } else { 120 };
+            let e: u16 = if rng.gen_ratio(1, 5000) {
+                rng.gen_range(100..130)
+            } else {
+                120
+            };
             bf16::from_bits((sm & 0x807F) | (e << 7))
         })
         .collect()

@@ -157,7 +157,7 @@ impl UnitLayout {
 
 /// Checks `luts` and returns `(K, longest code length)`.
 fn validate_luts(luts: &[u8]) -> Result<(usize, u8), UnitDefect> {
-    if luts.is_empty() || luts.len() % 256 != 0 {
+    if luts.is_empty() || !luts.len().is_multiple_of(256) {
         return Err(UnitDefect::LutShape(format!(
             "{} bytes is not a whole number of 256-entry rows",
             luts.len()
@@ -199,7 +199,7 @@ fn validate_output_positions(
     n_blocks: usize,
     n_elements: usize,
 ) -> Result<Vec<u32>, UnitDefect> {
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return Err(UnitDefect::OutputPositions(format!(
             "{} bytes is not a whole number of u32",
             bytes.len()
@@ -245,7 +245,7 @@ fn validate_output_positions(
 }
 
 fn validate_split_positions(bytes: &[u8], n_elements: usize) -> Result<Vec<usize>, UnitDefect> {
-    if bytes.len() % 8 != 0 {
+    if !bytes.len().is_multiple_of(8) {
         return Err(UnitDefect::SplitPositions(format!(
             "{} bytes is not a whole number of i64",
             bytes.len()
@@ -289,7 +289,10 @@ mod tests {
     #[test]
     fn split_positions_must_increase_inside_the_unit() {
         let b = |v: &[i64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        assert_eq!(validate_split_positions(&b(&[4, 9]), 10).unwrap(), vec![4, 9]);
+        assert_eq!(
+            validate_split_positions(&b(&[4, 9]), 10).unwrap(),
+            vec![4, 9]
+        );
         assert!(validate_split_positions(&b(&[4, 4]), 10).is_err());
         assert!(validate_split_positions(&b(&[0]), 10).is_err());
         assert!(validate_split_positions(&b(&[10]), 10).is_err());

@@ -127,7 +127,9 @@ pub fn verify_model(
     for name in model.plain_tensors() {
         let t = model.plain_tensor(name).expect("listed");
         let Some(o) = original.get(name) else {
-            report.difference = Some(Difference::MissingInOriginal { tensor: name.clone() });
+            report.difference = Some(Difference::MissingInOriginal {
+                tensor: name.clone(),
+            });
             return Ok(report);
         };
         if o.dtype != t.dtype || o.shape != t.shape {
@@ -164,7 +166,9 @@ pub fn verify_model(
 
     for name in original.names() {
         if model.find_member(name).is_none() && model.plain_tensor(name).is_none() {
-            report.difference = Some(Difference::MissingInDf11 { tensor: name.to_string() });
+            report.difference = Some(Difference::MissingInDf11 {
+                tensor: name.to_string(),
+            });
             return Ok(report);
         }
     }

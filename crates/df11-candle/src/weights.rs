@@ -62,7 +62,7 @@ impl Embedding {
 
 enum Source {
     Df11 {
-        model: Df11Model,
+        model: Box<Df11Model>,
         groups: Mutex<HashMap<String, Arc<Df11Group>>>,
     },
     Dense(SafetensorsIndex),
@@ -118,7 +118,7 @@ impl ModelWeights {
     pub fn open(dir: &Path, format: WeightFormat, device: &Device, dtype: DType) -> Result<Self> {
         let source = match format {
             WeightFormat::Df11 | WeightFormat::Df11DecodedAtLoad => Source::Df11 {
-                model: Df11Model::open(dir)?,
+                model: Box::new(Df11Model::open(dir)?),
                 groups: Mutex::new(HashMap::new()),
             },
             WeightFormat::Dense => {
@@ -243,7 +243,13 @@ impl ModelWeights {
     }
 
     /// The linear layer of module `module` (weight `module.weight`, optional `module.bias`).
-    pub fn linear(&self, module: &str, out_features: usize, in_features: usize, bias: bool) -> Result<Linear> {
+    pub fn linear(
+        &self,
+        module: &str,
+        out_features: usize,
+        in_features: usize,
+        bias: bool,
+    ) -> Result<Linear> {
         let weight = format!("{module}.weight");
         let bias = if bias {
             Some(self.tensor(&format!("{module}.bias"), &[out_features])?)
@@ -252,7 +258,11 @@ impl ModelWeights {
         };
         if let Some((g, member)) = self.group_of(&weight)? {
             let l = Df11Linear::new(g, member, out_features, in_features, bias, self.dtype)?;
-            let l = if self.format == WeightFormat::Df11DecodedAtLoad { l.decoded()? } else { l };
+            let l = if self.format == WeightFormat::Df11DecodedAtLoad {
+                l.decoded()?
+            } else {
+                l
+            };
             return Ok(Linear::Df11(l));
         }
         let w = self.tensor(&weight, &[out_features, in_features])?;
@@ -264,7 +274,11 @@ impl ModelWeights {
         let weight = format!("{module}.weight");
         if let Some((g, member)) = self.group_of(&weight)? {
             let e = Df11Embedding::new(g, member, vocab, hidden, self.dtype)?;
-            let e = if self.format == WeightFormat::Df11DecodedAtLoad { e.decoded()? } else { e };
+            let e = if self.format == WeightFormat::Df11DecodedAtLoad {
+                e.decoded()?
+            } else {
+                e
+            };
             return Ok(Embedding::Df11(e));
         }
         let w = self.tensor(&weight, &[vocab, hidden])?;

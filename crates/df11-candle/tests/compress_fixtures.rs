@@ -43,7 +43,11 @@ fn compressor_reproduces_every_official_fixture_byte_for_byte() {
             read(out.path().join("config.json")),
             "{name}: config.json"
         );
-        for f in ["tokenizer.json", "tokenizer_config.json", "generation_config.json"] {
+        for f in [
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "generation_config.json",
+        ] {
             assert!(out.path().join(f).is_file(), "{name}: {f} not copied");
         }
     }

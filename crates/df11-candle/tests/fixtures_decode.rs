@@ -52,7 +52,10 @@ fn every_fixture_verifies_ok() {
         )
         .unwrap();
         assert!(r.is_ok(), "{name}: {:?}", r.difference);
-        assert!(r.units >= 2 && r.weights > 0 && r.plain_tensors > 0, "{name}: {r:?}");
+        assert!(
+            r.units >= 2 && r.weights > 0 && r.plain_tensors > 0,
+            "{name}: {r:?}"
+        );
     }
 }
 

@@ -6,7 +6,9 @@
 mod common;
 
 use candle_core::{DType, Device, Module, Tensor};
-use df11_candle::{Df11Group, Df11Model, Embedding, Linear, ModelWeights, SafetensorsIndex, WeightFormat};
+use df11_candle::{
+    Df11Group, Df11Model, Embedding, Linear, ModelWeights, SafetensorsIndex, WeightFormat,
+};
 use rand::{Rng, SeedableRng};
 
 fn dtypes(device: &Device) -> Vec<DType> {
@@ -19,7 +21,14 @@ fn dtypes(device: &Device) -> Vec<DType> {
 
 fn bits(t: &Tensor) -> Vec<u32> {
     match t.dtype() {
-        DType::F32 => t.flatten_all().unwrap().to_vec1::<f32>().unwrap().iter().map(|x| x.to_bits()).collect(),
+        DType::F32 => t
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect(),
         DType::BF16 => t
             .flatten_all()
             .unwrap()
@@ -46,7 +55,10 @@ fn units_decode_exactly_on_the_device() {
             let host: &[u8] = bytemuck::cast_slice(&host);
             for (i, m) in unit.members.iter().enumerate() {
                 let r = unit.member_range(i);
-                assert!(host[2 * r.start..2 * r.end] == *original.get(m).unwrap().data, "{name}: {m}");
+                assert!(
+                    host[2 * r.start..2 * r.end] == *original.get(m).unwrap().data,
+                    "{name}: {m}"
+                );
             }
             g.check_status().unwrap();
         }
@@ -61,8 +73,20 @@ fn df11_linear_equals_bf16_linear_bit_for_bit() {
         let model = Df11Model::open(common::model_dir(name, "df11")).unwrap();
         let original = SafetensorsIndex::open_dir(&common::model_dir(name, "bf16")).unwrap();
         for dtype in dtypes(&device) {
-            let df11 = ModelWeights::open(&common::model_dir(name, "df11"), WeightFormat::Df11, &device, dtype).unwrap();
-            let dense = ModelWeights::open(&common::model_dir(name, "bf16"), WeightFormat::Dense, &device, dtype).unwrap();
+            let df11 = ModelWeights::open(
+                &common::model_dir(name, "df11"),
+                WeightFormat::Df11,
+                &device,
+                dtype,
+            )
+            .unwrap();
+            let dense = ModelWeights::open(
+                &common::model_dir(name, "bf16"),
+                WeightFormat::Dense,
+                &device,
+                dtype,
+            )
+            .unwrap();
             for weight in model.compressed_weights() {
                 let module = weight.strip_suffix(".weight").unwrap();
                 let shape = original.get(weight).unwrap().shape.to_vec();
@@ -72,12 +96,20 @@ fn df11_linear_equals_bf16_linear_bit_for_bit() {
                 let b = dense.linear(module, out_f, in_f, has_bias).unwrap();
                 assert!(matches!(a, Linear::Df11(_)) && matches!(b, Linear::Dense(_)));
                 for batch in [1usize, 7, 64] {
-                    let x: Vec<f32> = (0..batch * in_f).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
-                    let x = Tensor::from_vec(x, (1, batch, in_f), &device).unwrap().to_dtype(dtype).unwrap();
+                    let x: Vec<f32> = (0..batch * in_f)
+                        .map(|_| rng.gen_range(-1.0f32..1.0))
+                        .collect();
+                    let x = Tensor::from_vec(x, (1, batch, in_f), &device)
+                        .unwrap()
+                        .to_dtype(dtype)
+                        .unwrap();
                     let ya = a.forward(&x).unwrap();
                     let yb = b.forward(&x).unwrap();
                     assert_eq!(ya.dims(), &[1, batch, out_f]);
-                    assert!(bits(&ya) == bits(&yb), "{name} {module} {dtype:?} batch {batch}");
+                    assert!(
+                        bits(&ya) == bits(&yb),
+                        "{name} {module} {dtype:?} batch {batch}"
+                    );
                 }
             }
         }
@@ -97,13 +129,27 @@ fn df11_embedding_equals_bf16_embedding_bit_for_bit() {
             let module = weight.strip_suffix(".weight").unwrap();
             let shape = original.get(weight).unwrap().shape.to_vec();
             let dtype = dtypes(&device)[0];
-            let df11 = ModelWeights::open(&common::model_dir(name, "df11"), WeightFormat::Df11, &device, dtype).unwrap();
-            let dense = ModelWeights::open(&common::model_dir(name, "bf16"), WeightFormat::Dense, &device, dtype).unwrap();
+            let df11 = ModelWeights::open(
+                &common::model_dir(name, "df11"),
+                WeightFormat::Df11,
+                &device,
+                dtype,
+            )
+            .unwrap();
+            let dense = ModelWeights::open(
+                &common::model_dir(name, "bf16"),
+                WeightFormat::Dense,
+                &device,
+                dtype,
+            )
+            .unwrap();
             let a = df11.embedding(module, shape[0], shape[1]).unwrap();
             let b = dense.embedding(module, shape[0], shape[1]).unwrap();
             assert!(matches!(a, Embedding::Df11(_)));
             for n_ids in [1usize, 5, 40] {
-                let ids: Vec<u32> = (0..n_ids).map(|_| rng.gen_range(0..shape[0] as u32)).collect();
+                let ids: Vec<u32> = (0..n_ids)
+                    .map(|_| rng.gen_range(0..shape[0] as u32))
+                    .collect();
                 let ids = Tensor::from_vec(ids, (1, n_ids), &device).unwrap();
                 let ya = a.forward(&ids).unwrap();
                 let yb = b.forward(&ids).unwrap();
@@ -123,8 +169,12 @@ fn decoded_at_load_mode_matches_compressed_mode() {
     let dtype = dtypes(&device)[0];
     let a = ModelWeights::open(&dir, WeightFormat::Df11, &device, dtype).unwrap();
     let b = ModelWeights::open(&dir, WeightFormat::Df11DecodedAtLoad, &device, dtype).unwrap();
-    let la = a.linear("model.layers.1.mlp.down_proj", 128, 384, false).unwrap();
-    let lb = b.linear("model.layers.1.mlp.down_proj", 128, 384, false).unwrap();
+    let la = a
+        .linear("model.layers.1.mlp.down_proj", 128, 384, false)
+        .unwrap();
+    let lb = b
+        .linear("model.layers.1.mlp.down_proj", 128, 384, false)
+        .unwrap();
     match (&la, &lb) {
         (Linear::Df11(x), Linear::Df11(y)) => assert!(x.is_compressed() && !y.is_compressed()),
         _ => panic!("expected DF11 linears"),

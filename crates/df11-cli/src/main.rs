@@ -4,13 +4,15 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use df11_candle::{
-    compress_model, verify_model, CompressOptions, Df11Model, PatternDict,
-};
+use df11_candle::{compress_model, verify_model, CompressOptions, Df11Model, PatternDict};
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Parser)]
-#[command(name = "df11", version, about = "DFloat11: lossless BF16 model compression")]
+#[command(
+    name = "df11",
+    version,
+    about = "DFloat11: lossless BF16 model compression"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -85,10 +87,7 @@ fn compress(
             let text = std::fs::read_to_string(&p).with_context(|| format!("{}", p.display()))?;
             let v: serde_json::Value =
                 serde_json::from_str(&text).with_context(|| format!("{}", p.display()))?;
-            Some(
-                PatternDict::from_json(&v)
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
-            )
+            Some(PatternDict::from_json(&v).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?)
         }
     };
     let options = CompressOptions {
@@ -184,7 +183,11 @@ fn inspect(dir: PathBuf, decode: bool) -> Result<()> {
     println!("  plain tensors: {}", model.plain_tensors().len());
     println!(
         "  code-length histogram ({}):",
-        if decode { "weights per code length" } else { "code words per length, summed over units; --decode counts weights" }
+        if decode {
+            "weights per code length"
+        } else {
+            "code words per length, summed over units; --decode counts weights"
+        }
     );
     let max = *by_length.iter().max().unwrap_or(&1);
     for (len, &c) in by_length.iter().enumerate().filter(|(_, &c)| c > 0) {

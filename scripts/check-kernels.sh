@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Compiles every kernel in kernels/ to PTX for each GPU generation we target, with nvcc 13.0.
+# Installs the toolchain from PyPI wheels first if it is not there (../shared/cuda/setup-cuda-13.0.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PREFIX=${CUDA_PREFIX:-/opt/cuda-13.0}
+if [ ! -x "$PREFIX/bin/nvcc" ]; then
+  setup=../shared/cuda/setup-cuda-13.0.sh
+  [ -f "$setup" ] || { echo "no nvcc at $PREFIX and no $setup to install it"; exit 1; }
+  bash "$setup" "$PREFIX" || bash "$setup" "$PREFIX"   # one retry for a flaky download
+fi
+# shellcheck disable=SC1091
+. "$PREFIX/env.sh"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+for cu in kernels/*.cu; do
+  for arch in 90 80 75; do
+    nvcc --ptx -O3 -std=c++17 -arch=compute_$arch -o "$out/$(basename "$cu" .cu)_$arch.ptx" "$cu"
+  done
+  echo "ok: $cu (compute_90, compute_80, compute_75)"
+done
