@@ -272,6 +272,13 @@ pub fn block_elements(layout: &UnitLayout, blocks: Range<usize>) -> Range<usize>
     layout.output_positions[blocks.start] as usize..layout.output_positions[blocks.end] as usize
 }
 
+/// Where a decode of `blocks` starts writing: their first element rounded down to a multiple of
+/// 16 (so the GPU kernel's vector stores stay aligned). Element `i` of the unit lands at
+/// `i - decode_base` of the output.
+pub fn decode_base(layout: &UnitLayout, blocks: Range<usize>) -> usize {
+    block_elements(layout, blocks).start & !15
+}
+
 /// The smallest block range whose elements cover `elements` (e.g. one member matrix).
 pub fn blocks_covering(layout: &UnitLayout, elements: Range<usize>) -> Range<usize> {
     let pos = &layout.output_positions;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use candle_core::{CpuStorage, CustomOp1, Device, Layout, Shape, Tensor};
 use half::bf16;
 
-use crate::decode::{block_elements, blocks_covering, decode_blocks, DecodeTable};
+use crate::decode::{block_elements, blocks_covering, decode_base, decode_blocks, DecodeTable};
 use crate::error::{Df11Error, Result};
 use crate::model::{Df11Model, Df11Unit};
 use crate::unit::{UnitLayout, UnitTensors};
@@ -143,30 +143,34 @@ impl Df11Group {
 
     /// Decodes the whole unit: a BF16 tensor of N elements.
     pub fn decode(&self) -> Result<Tensor> {
-        self.decode_blocks(0..self.layout.n_blocks)
+        let (t, base) = self.decode_blocks(0..self.layout.n_blocks)?;
+        debug_assert_eq!(base, 0);
+        Ok(t)
     }
 
-    /// Decodes blocks `blocks` only: BF16 values `output_positions[start]..output_positions[end]`.
-    pub fn decode_blocks(&self, blocks: Range<usize>) -> Result<Tensor> {
+    /// Decodes blocks `blocks` only. Returns a BF16 tensor and the unit element index of its
+    /// first value ([`decode_base`]); it holds the blocks' elements from
+    /// `output_positions[start] - base` on (the few values before that are unspecified).
+    pub fn decode_blocks(&self, blocks: Range<usize>) -> Result<(Tensor, usize)> {
         if blocks.start > blocks.end || blocks.end > self.layout.n_blocks {
             return Err(Df11Error::Usage(format!(
                 "block range {blocks:?} outside the {} blocks of `{}`",
                 self.layout.n_blocks, self.name
             )));
         }
+        let base = decode_base(&self.layout, blocks.clone());
         let op = DecodeOp {
             group: self,
             blocks,
         };
-        Ok(self.sign_mantissa.apply_op1_no_bwd(&op)?)
+        Ok((self.sign_mantissa.apply_op1_no_bwd(&op)?, base))
     }
 
-    /// Decodes the smallest block range covering `elements`; returns it and where `elements`
-    /// start inside it.
-    pub fn decode_elements(&self, elements: Range<usize>) -> Result<(Tensor, usize)> {
+    /// Decodes the blocks covering `elements` and returns exactly those elements (a view).
+    pub fn decode_elements(&self, elements: Range<usize>) -> Result<Tensor> {
         let blocks = blocks_covering(&self.layout, elements.clone());
-        let base = block_elements(&self.layout, blocks.clone()).start;
-        Ok((self.decode_blocks(blocks)?, elements.start - base))
+        let (t, base) = self.decode_blocks(blocks)?;
+        Ok(t.narrow(0, elements.start - base, elements.len())?)
     }
 
     /// On CUDA, reads and clears the kernel's error flags (a device sync); Ok on the CPU, whose
@@ -224,9 +228,12 @@ impl CustomOp1 for DecodeOp<'_> {
             output_positions: &[],
             split_positions: &[],
         };
-        let n = block_elements(&self.group.layout, self.blocks.clone()).len();
+        let elements = block_elements(&self.group.layout, self.blocks.clone());
+        let base = decode_base(&self.group.layout, self.blocks.clone());
+        let n = elements.end - base;
         let mut out = vec![bf16::ZERO; n];
-        decode_blocks(&t, &self.group.layout, table, self.blocks.clone(), &mut out).map_err(
+        let dst = &mut out[elements.start - base..];
+        decode_blocks(&t, &self.group.layout, table, self.blocks.clone(), dst).map_err(
             |defect| candle_core::Error::Msg(format!("df11: unit `{}`: {defect}", self.group.name)),
         )?;
         Ok((CpuStorage::BF16(out), Shape::from(n)))

@@ -7,6 +7,8 @@
 
 pub mod compress;
 pub mod config;
+#[cfg(feature = "cuda")]
+mod cuda;
 pub mod decode;
 pub mod encode;
 pub mod error;

@@ -12,19 +12,15 @@ use std::sync::Arc;
 
 use candle_core::{DType, Module, Tensor};
 
-use crate::decode::{block_elements, blocks_covering};
 use crate::error::{Df11Error, Result};
 use crate::group::Df11Group;
 
-/// One member matrix of a unit: where it lies and which blocks hold it.
+/// One member matrix of a unit: where it lies in the unit.
 #[derive(Debug, Clone)]
 struct MemberSlice {
     group: Arc<Df11Group>,
     /// Element range of the member in the unit.
     elements: Range<usize>,
-    /// Blocks covering it, and the element where the first of them starts.
-    blocks: Range<usize>,
-    base: usize,
     shape: (usize, usize),
 }
 
@@ -47,24 +43,19 @@ impl MemberSlice {
                 shape.0 * shape.1
             )));
         }
-        let blocks = blocks_covering(group.layout(), elements.clone());
-        let base = block_elements(group.layout(), blocks.clone()).start;
         Ok(Self {
             group,
             elements,
-            blocks,
-            base,
             shape,
         })
     }
 
-    /// Decodes the member: a BF16 `[rows, cols]` tensor.
+    /// Decodes the member (only the blocks that hold it): a BF16 `[rows, cols]` tensor.
     fn decode(&self) -> Result<Tensor> {
-        let flat = self.group.decode_blocks(self.blocks.clone())?;
-        let w = flat
-            .narrow(0, self.elements.start - self.base, self.elements.len())?
-            .reshape(self.shape)?;
-        Ok(w)
+        Ok(self
+            .group
+            .decode_elements(self.elements.clone())?
+            .reshape(self.shape)?)
     }
 }
 
@@ -213,8 +204,7 @@ impl Df11Embedding {
                 )));
             }
             let start = s.elements.start + id * self.hidden;
-            let (t, at) = s.group.decode_elements(start..start + self.hidden)?;
-            rows.push(t.narrow(0, at, self.hidden)?);
+            rows.push(s.group.decode_elements(start..start + self.hidden)?);
         }
         let table = Tensor::stack(&rows, 0)?.to_dtype(self.dtype)?;
         let index: Vec<u32> = flat

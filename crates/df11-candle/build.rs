@@ -1,0 +1,43 @@
+//! With the `cuda` feature, compiles `kernels/*.cu` to PTX with nvcc (embedded by `src/cuda.rs`).
+//! Target: `CUDA_COMPUTE_CAP` (e.g. `90`; default 80, whose PTX the driver JIT-compiles for any
+//! newer GPU). nvcc is found as `$NVCC`, `$CUDA_HOME/bin/nvcc` or on PATH.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
+    println!("cargo:rerun-if-env-changed=NVCC");
+    if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
+        return;
+    }
+    let kernels = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("../../kernels");
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    let cap = std::env::var("CUDA_COMPUTE_CAP")
+        .ok()
+        .map(|c| c.replace('.', "").trim_end_matches('a').to_string())
+        .unwrap_or_else(|| "80".into());
+    let nvcc = std::env::var("NVCC").unwrap_or_else(|_| {
+        std::env::var("CUDA_HOME")
+            .map(|h| format!("{h}/bin/nvcc"))
+            .unwrap_or_else(|_| "nvcc".into())
+    });
+    for name in ["df11_decode"] {
+        let src = kernels.join(format!("{name}.cu"));
+        println!("cargo:rerun-if-changed={}", src.display());
+        let status = Command::new(&nvcc)
+            .args([
+                "--ptx",
+                "-O3",
+                "-std=c++17",
+                &format!("-arch=compute_{cap}"),
+                "-o",
+            ])
+            .arg(out.join(format!("{name}.ptx")))
+            .arg(&src)
+            .status()
+            .unwrap_or_else(|e| panic!("could not run nvcc ({nvcc}): {e}; set NVCC or CUDA_HOME"));
+        assert!(status.success(), "nvcc failed on {}", src.display());
+    }
+}

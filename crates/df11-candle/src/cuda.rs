@@ -1,0 +1,212 @@
+//! The CUDA path: a unit's device buffers and the launch of the decode kernel
+//! (`kernels/df11_decode.cu`, compiled to PTX by the build script and embedded here).
+//!
+//! The kernel trusts only metadata the host validated ([`UnitLayout`]); whatever the bitstream
+//! and gaps hold, it stays in bounds and reports inconsistencies in a status word, which
+//! [`CudaUnit::check_status`] reads.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::sys::{
+    CUdevice_attribute, CUfunction_attribute_enum,
+};
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::{CudaDevice, WrapErr};
+use candle_core::{CudaStorage, Layout, Shape};
+use half::bf16;
+
+use crate::decode::{block_elements, decode_base};
+use crate::error::{Df11Error, Result, UnitDefect};
+use crate::unit::{UnitLayout, UnitTensors};
+
+const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_decode.ptx"));
+const MODULE: &str = "df11_decode";
+const KERNEL: &str = "df11_decode";
+const THREADS: u32 = 512;
+
+/// Shared-memory bytes for the kernel's tables and per-thread stages (`DF11_HDR(K)`).
+fn header_bytes(k: usize) -> usize {
+    1024 * k + 96 + THREADS as usize * 36
+}
+
+/// Status flags of the kernel (`DF11_ERR_*`).
+const FLAGS: [(u32, &str); 6] = [
+    (
+        1,
+        "a block decoded a number of codes different from its output_positions span",
+    ),
+    (2, "invalid code (LUT chain too deep or bad code length)"),
+    (
+        4,
+        "a thread's codes do not end where the next window's gap says",
+    ),
+    (8, "a block does not fit the shared memory given"),
+    (16, "misaligned buffer"),
+    (32, "bad launch arguments"),
+];
+
+/// The largest dynamic shared memory the kernel function has been opted in to.
+static SMEM_OPT_IN: AtomicU32 = AtomicU32::new(48 * 1024);
+
+/// A unit's buffers on one CUDA device (`sign_mantissa` is the op's argument tensor).
+pub(crate) struct CudaUnit {
+    device: CudaDevice,
+    luts: CudaSlice<u8>,
+    codes: CudaSlice<u8>,
+    gaps: CudaSlice<u8>,
+    positions: CudaSlice<u32>,
+    status: std::sync::Mutex<CudaSlice<u32>>,
+    lut_rows: usize,
+    smem: u32,
+    ctas_per_sm: u32,
+    sms: u32,
+}
+
+impl CudaUnit {
+    pub(crate) fn new(
+        device: &CudaDevice,
+        t: &UnitTensors<'_>,
+        layout: &UnitLayout,
+    ) -> Result<Self> {
+        let luts = device.clone_htod(t.luts)?;
+        let codes = device.clone_htod(t.encoded_exponent)?;
+        let gaps = device.clone_htod(t.gaps)?;
+        let positions = device.clone_htod(layout.output_positions.as_slice())?;
+        let status = std::sync::Mutex::new(device.alloc_zeros::<u32>(1)?);
+        let func = device.get_or_load_custom_func(KERNEL, MODULE, PTX)?;
+        let ctx = device.cuda_stream().context().clone();
+        let sms = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .w()? as u32;
+        let max_smem = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .w()? as usize;
+        // Staged mode (sign_mantissa double-buffered in shared memory) when it fits, else direct.
+        let cap = (layout.max_block_elements + 30) & !15;
+        let staged = header_bytes(layout.lut_rows) + 3 * cap;
+        let direct = header_bytes(layout.lut_rows) + cap;
+        let smem = if staged <= max_smem {
+            staged
+        } else if direct <= max_smem {
+            direct
+        } else {
+            return Err(Df11Error::Usage(format!(
+                "a block of this unit needs {direct} bytes of shared memory; the device has {max_smem}"
+            )));
+        } as u32;
+        if smem > SMEM_OPT_IN.load(Ordering::Relaxed) {
+            func.set_attribute(
+                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                max_smem as i32,
+            )
+            .w()?;
+            SMEM_OPT_IN.store(max_smem as u32, Ordering::Relaxed);
+        }
+        let ctas_per_sm = func
+            .occupancy_max_active_blocks_per_multiprocessor(THREADS, smem as usize, None)
+            .w()?
+            .max(1);
+        Ok(Self {
+            device: device.clone(),
+            luts,
+            codes,
+            gaps,
+            positions,
+            status,
+            lut_rows: layout.lut_rows,
+            smem,
+            ctas_per_sm,
+            sms,
+        })
+    }
+
+    /// Device bytes besides `sign_mantissa`.
+    pub(crate) fn device_bytes(&self) -> usize {
+        self.luts.len() + self.codes.len() + self.gaps.len() + 4 * self.positions.len()
+    }
+
+    /// Decodes `blocks` into a fresh BF16 buffer whose element 0 is unit element
+    /// [`decode_base`]`(layout, blocks)`.
+    pub(crate) fn decode(
+        &self,
+        sign_mantissa: &CudaStorage,
+        sm_layout: &Layout,
+        layout: &UnitLayout,
+        blocks: Range<usize>,
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
+        let dev = sign_mantissa.device().clone();
+        if sm_layout.start_offset() != 0 || !sm_layout.is_contiguous() {
+            candle_core::bail!("df11: sign_mantissa must be a whole contiguous buffer");
+        }
+        let elements = block_elements(layout, blocks.clone());
+        // The kernel writes element i at out[i - out_base]; out_base is 16-aligned so its
+        // vectorised stores stay aligned.
+        let out_base = decode_base(layout, blocks.clone());
+        let len = elements.end - out_base;
+        let out = unsafe { dev.alloc::<bf16>(len.max(1)) }?;
+        if !blocks.is_empty() {
+            let sm = sign_mantissa.as_cuda_slice::<u8>()?;
+            let func = dev.get_or_load_custom_func(KERNEL, MODULE, PTX)?;
+            let n_blocks = blocks.len() as u32;
+            let grid = n_blocks.min(self.sms * self.ctas_per_sm);
+            let cfg = LaunchConfig {
+                grid_dim: (grid, 1, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: self.smem,
+            };
+            let mut b = func.builder();
+            b.arg(&self.luts);
+            b.arg(&self.codes);
+            b.arg(sm);
+            b.arg(&self.positions);
+            b.arg(&self.gaps);
+            b.arg(&out);
+            let k = self.lut_rows as i32;
+            let n_bytes = layout.n_bytes as i32;
+            let n_elements = layout.n_elements as i32;
+            let n_positions = self.positions.len() as i32;
+            let (begin, end, base) = (blocks.start as i32, blocks.end as i32, out_base as i32);
+            b.arg(&k);
+            b.arg(&n_bytes);
+            b.arg(&n_elements);
+            b.arg(&n_positions);
+            let status = self.status.lock().expect("status lock");
+            b.arg(&*status);
+            b.arg(&begin);
+            b.arg(&end);
+            b.arg(&base);
+            // SAFETY: every buffer is sized from the validated layout, which is what the kernel
+            // indexes by; the kernel guards all data-dependent reads and writes.
+            unsafe { b.launch(cfg) }.w()?;
+        }
+        Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from(len)))
+    }
+
+    /// Reads the status word (a device sync), clears it, and turns set flags into an error.
+    pub(crate) fn check_status(&self) -> std::result::Result<(), UnitDefect> {
+        let fail = |e: candle_core::Error| {
+            UnitDefect::Stream(format!("could not read the decode status: {e}"))
+        };
+        let mut status = self.status.lock().expect("status lock");
+        let flags = self.device.clone_dtoh(&*status).map_err(fail)?[0];
+        if flags == 0 {
+            return Ok(());
+        }
+        self.device
+            .cuda_stream()
+            .memset_zeros(&mut *status)
+            .w()
+            .map_err(fail)?;
+        let what: Vec<&str> = FLAGS
+            .iter()
+            .filter(|(f, _)| flags & f != 0)
+            .map(|(_, s)| *s)
+            .collect();
+        Err(UnitDefect::Stream(format!(
+            "GPU decode reported: {}",
+            what.join("; ")
+        )))
+    }
+}
