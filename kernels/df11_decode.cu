@@ -12,19 +12,26 @@
 //              int n_luts,                        // K
 //              int n_bytes, int n_elements,
 //              int n_positions,                   // NB or NB+1 (a missing last entry means n_elements)
-//              uint32_t*       status)            // OR-ed DF11_ERR_* flags; host zeroes it before the launch
+//              uint32_t*       status,            // OR-ed DF11_ERR_* flags; host zeroes it before the launch
+//              int block_begin, int block_end,    // decode format blocks [block_begin, block_end) only
+//              int out_base)                      // element j goes to out[j - out_base]; out_base % 16 == 0,
+//                                                 // out_base <= pos[block_begin]; out holds pos[block_end] - out_base
 //
-// LAUNCH   NB = ceil(n_bytes / 4096) format blocks. block = 512 threads. grid = any G in [1, NB]: CTA c decodes
-//          format blocks c, c+G, c+2G, ... (persistent; the LUT tables are built once per CTA). Use
-//          G = min(NB, num_SMs * resident CTAs per SM), e.g. cuOccupancyMaxActiveBlocksPerMultiprocessor with the
-//          dynamic smem below (H100, typical unit: 3 CTAs/SM -> G = 396). Any stream.
+// LAUNCH   NB = ceil(n_bytes / 4096) format blocks. block = 512 threads. grid = any G in [1, block_end - block_begin]: CTA c decodes
+//          format blocks block_begin + c, + G, + 2G, ... (persistent; the LUT tables are built once per CTA). Use
+//          G = min(NB, num_SMs * resident CTAs per SM) from cuOccupancyMaxActiveBlocksPerMultiprocessor with the
+//          dynamic smem below (H100, 40 registers: 3 CTAs/SM -> G = 396). Any stream.
 //          Dynamic shared memory, with M = max_b(pos[b+1]-pos[b]) (pos[NB] := n_elements), CAP = (M + 30) & ~15
 //          and HDR = 1024*K + 96 + 512*36:
-//            staged (fast, sm_80+): HDR + 3*CAP   (sign_mantissa double-buffered in shared memory via cp.async;
-//                                                  > 48 KB for real units: set MAX_DYNAMIC_SHARED_SIZE_BYTES)
-//            direct (any arch):     HDR + CAP     (sign_mantissa read from global at copy-out)
-//          e.g. K=6, M=12800: staged 63,072 B, direct 37,440 B. The kernel reads %dynamic_smem_size and picks
-//          staged per format block when it fits, so either size (or anything in between) is valid.
+//            direct (RECOMMENDED):  HDR + CAP     (sign_mantissa read from global at copy-out; any arch;
+//                                                  real units (K<=6, M~13k) stay under 48 KB: no opt-in)
+//            staged (sm_80+):       HDR + 3*CAP   (sign_mantissa double-buffered in shared memory by cp.async;
+//                                                  needs MAX_DYNAMIC_SHARED_SIZE_BYTES above 48 KB)
+//          e.g. K=6, M=12848: direct 37,536 B, staged 63,264 B. The kernel reads %dynamic_smem_size and stages a
+//          format block only when 3 buffers fit, so any size >= HDR + CAP is valid. Whenever the size exceeds
+//          48 KB (worst legal unit: K=18, M=32768 -> 69,744 B direct) set MAX_DYNAMIC_SHARED_SIZE_BYTES first.
+//          Measured on H100 (Qwen3-8B-sized layer, 192,937,984 weights): direct G=396 0.370 ms = 1044 GB/s of BF16
+//          output, staged 0.377 ms, one CTA per format block (G = NB) 0.429 ms; D2D copy of the output 0.263 ms.
 //
 // HOST GUARANTEES (validated in Rust before any launch; the kernel re-checks the cheap ones):
 //   * 2 <= K <= 18; every decode-row (rows 0..K-2) entry v >= 240 points at an existing row 256-v in 1..K-2.
@@ -52,8 +59,8 @@
 //  * Each window is decoded ONCE: symbols go to a per-thread 36-byte stage; after the scan each thread copies
 //    its run into the block's exponent buffer with 4-byte stores (a thread whose window holds > 34 codes, only
 //    possible with 1-bit codes, decodes a second time straight into place).
-//  * BF16 assembly happens in the copy-out: 16 elements per thread per step, 16-byte loads of exponents and
-//    sign_mantissa from shared memory, two 16-byte global stores; no per-thread scattered global I/O.
+//  * BF16 assembly happens in the copy-out: 16 elements per thread per step, 16-byte loads of exponents (shared)
+//    and sign_mantissa (global, or shared when staged), two 16-byte global stores; no scattered global I/O.
 //  * Persistent CTAs: tables built once per CTA; the next block's stream words are loaded into registers and its
 //    sign_mantissa is cp.async-prefetched into the other half of a double buffer while this block decodes.
 //  * Warp-shuffle scan, two barriers per block.
@@ -312,7 +319,8 @@ extern "C" __global__ void DF11_BOUNDS
 df11_decode(const uint8_t* __restrict__ luts, const uint8_t* __restrict__ codes,
             const uint8_t* __restrict__ sign_mantissa, const uint32_t* __restrict__ output_positions,
             const uint8_t* __restrict__ gaps, uint16_t* __restrict__ out, int n_luts, int n_bytes,
-            int n_elements, int n_positions, uint32_t* __restrict__ status) {
+            int n_elements, int n_positions, uint32_t* __restrict__ status, int block_begin, int block_end,
+            int out_base) {
     extern __shared__ __align__(16) uint8_t smem[];
     const int K = n_luts;
     const uint32_t t = threadIdx.x, lane = t & 31, warp = t >> 5, G = gridDim.x;
@@ -323,13 +331,18 @@ df11_decode(const uint8_t* __restrict__ luts, const uint8_t* __restrict__ codes,
 
     // ---- Launch-wide checks: on failure nothing is written.
     uint32_t bad = 0;
-    if (K < 2 || K > 18 || n_bytes <= 0 || n_elements < 0 || blockDim.x != DF11_THREADS || G > NB ||
-        (n_positions != (int)NB && n_positions != (int)NB + 1) || dyn < DF11_HDR(K) + 16)
+    if (K < 2 || K > 18 || n_bytes <= 0 || n_elements < 0 || blockDim.x != DF11_THREADS ||
+        (n_positions != (int)NB && n_positions != (int)NB + 1) || dyn < DF11_HDR(K) + 16 ||
+        block_begin < 0 || block_end > (int)NB || block_begin >= block_end || G > (uint32_t)(block_end - block_begin) ||
+        out_base < 0 || (out_base & 15) || (uint32_t)out_base > __ldg(output_positions + block_begin))
         bad |= DF11_ERR_ARGS;
     if (((uintptr_t)codes & 3) | ((uintptr_t)sign_mantissa & 15) | ((uintptr_t)out & 15) |
         ((uintptr_t)output_positions & 3))
         bad |= DF11_ERR_ALIGN;
     if (bad) { if (t == 0) atomicOr(status, bad); return; }
+    // Element j of the unit is written at out[j - out_base] (a block-range decode writes a buffer that starts at
+    // out_base = the range's first element rounded down to 16, so vector stores stay 16-byte aligned).
+    out -= out_base;
 
     uint32_t* tab = reinterpret_cast<uint32_t*>(smem);            // [256*K] step tables + pointer-row tables
     uint32_t* mask = tab + 256 * K;                                // [8]  row-0 entry boundaries
@@ -352,11 +365,12 @@ df11_decode(const uint8_t* __restrict__ luts, const uint8_t* __restrict__ codes,
 
     uint32_t err = 0;
     [[maybe_unused]] bool pf = false;                              // this block's sign_mantissa requested
-    Df11Win nw = load_win(codes, gaps, blockIdx.x, n_bytes, NB * DF11_THREADS);
-    for (uint32_t b = blockIdx.x, it = 0; b < NB; b += G, ++it) {
+    const uint32_t B1 = (uint32_t)block_end;
+    Df11Win nw = load_win(codes, gaps, block_begin + blockIdx.x, n_bytes, NB * DF11_THREADS);
+    for (uint32_t b = block_begin + blockIdx.x, it = 0; b < B1; b += G, ++it) {
         const Df11Blk k = blk_params(output_positions, n_positions, b, n, third, avail, err);
         Df11Win w = nw;
-        if (b + G < NB) nw = load_win(codes, gaps, b + G, n_bytes, NB * DF11_THREADS);  // lands during this block
+        if (b + G < B1) nw = load_win(codes, gaps, b + G, n_bytes, NB * DF11_THREADS);  // lands during this block
         if (!k.mode) { pf = false; continue; }                     // block-uniform
         uint8_t* smc = buf + third * (1 + (it & 1));
 #if DF11_HAS_CP_ASYNC
@@ -365,8 +379,10 @@ df11_decode(const uint8_t* __restrict__ luts, const uint8_t* __restrict__ codes,
             asm volatile("cp.async.commit_group;\n" ::);
         }
 #endif
-        const uint32_t w2 = lane == 31 ? w.w2 : __shfl_down_sync(0xffffffffu, w.w0, 1);
-        const uint32_t next_gap = lane == 31 ? w.ngap : __shfl_down_sync(0xffffffffu, w.gap, 1);
+        // (all 32 lanes must execute the shuffles: select afterwards, never "lane == 31 ? ... : shfl")
+        const uint32_t w2_dn = __shfl_down_sync(0xffffffffu, w.w0, 1);
+        const uint32_t gap_dn = __shfl_down_sync(0xffffffffu, w.gap, 1);
+        const uint32_t w2 = lane == 31 ? w.w2 : w2_dn, next_gap = lane == 31 ? w.ngap : gap_dn;
 
         // ---- Decode the window once, symbols to the stage.
         const uint32_t st = run_window<3>(w.w0, w.w1, w2, w.gap, tab, seg, DF11_SEG_CAP, err);
@@ -402,7 +418,7 @@ df11_decode(const uint8_t* __restrict__ luts, const uint8_t* __restrict__ codes,
         // copy-out, finished before the barrier above). Always commit, so "wait_group 1" below means "this
         // block's group has landed".
         pf = false;
-        if (k.mode == 1 && b + G < NB) {
+        if (k.mode == 1 && b + G < B1) {
             uint32_t e2 = 0;
             const Df11Blk kn = blk_params(output_positions, n_positions, b + G, n, third, avail, e2);
             if (kn.mode == 1) prefetch_sm(kn, sign_mantissa, n, buf + third * (1 + ((it + 1) & 1))), pf = true;

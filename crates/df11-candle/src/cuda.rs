@@ -83,19 +83,16 @@ impl CudaUnit {
         let max_smem = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
             .w()? as usize;
-        // Staged mode (sign_mantissa double-buffered in shared memory) when it fits, else direct.
+        // The kernel's direct mode (sign_mantissa read from global memory at copy-out): measured
+        // as fast as its staged mode on real-sized units, and it needs the least shared memory.
         let cap = (layout.max_block_elements + 30) & !15;
-        let staged = header_bytes(layout.lut_rows) + 3 * cap;
-        let direct = header_bytes(layout.lut_rows) + cap;
-        let smem = if staged <= max_smem {
-            staged
-        } else if direct <= max_smem {
-            direct
-        } else {
+        let smem = header_bytes(layout.lut_rows) + cap;
+        if smem > max_smem {
             return Err(Df11Error::Usage(format!(
-                "a block of this unit needs {direct} bytes of shared memory; the device has {max_smem}"
+                "a block of this unit needs {smem} bytes of shared memory; the device has {max_smem}"
             )));
-        } as u32;
+        }
+        let smem = smem as u32;
         if smem > SMEM_OPT_IN.load(Ordering::Relaxed) {
             func.set_attribute(
                 CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The GPU suite, step 1 (here, no GPU needed): builds every test and bench binary with
+# `--features cuda`, strips and packs them into .gpu/suite/ with scripts/gpu-suite-run.sh.
+# Step 2 (on the GPU machine, through the device tool with carry [".gpu"]):
+#     bash .gpu/suite/run.sh
+# which runs every test binary on the GPU, compute-sanitizer memcheck over the decode tests, and
+# the GPU bench, writes full logs under $OUT (or /tmp/df11-suite) and prints a summary last.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PREFIX=${CUDA_PREFIX:-/opt/cuda-13.0}
+if [ ! -x "$PREFIX/bin/nvcc" ]; then
+  bash ../shared/cuda/setup-cuda-13.0.sh "$PREFIX"
+fi
+# shellcheck disable=SC1091
+. "$PREFIX/env.sh"
+export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-90}
+TARGET=target/cuda
+SUITE=.gpu/suite
+rm -rf "$SUITE" && mkdir -p "$SUITE"
+
+# --all-targets unifies dev-dependency features like `cargo test` does, so candle (and its
+# 30-minute kernel build) is compiled once for both commands.
+PKGS=${GPU_SUITE_PACKAGES:-"-p df11-candle -p df11-cli -p df11-benches"}
+# shellcheck disable=SC2086
+cargo build --release $PKGS --features cuda --all-targets --target-dir "$TARGET"
+# shellcheck disable=SC2086
+cargo test --release $PKGS --features cuda --no-run --target-dir "$TARGET" \
+  --message-format=json > "$SUITE/build.json"
+
+# One line per test binary: <packed name> <crate folder relative to the repo root>.
+python3 - "$SUITE" <<'PY'
+import json, os, shutil, subprocess, sys
+suite = sys.argv[1]
+root = os.getcwd()
+lines = []
+for line in open(os.path.join(suite, "build.json")):
+    m = json.loads(line)
+    if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m["profile"]["test"]:
+        continue
+    exe = m["executable"]
+    crate_dir = os.path.relpath(os.path.dirname(m["manifest_path"]), root)
+    name = os.path.basename(exe)
+    shutil.copy(exe, os.path.join(suite, name))
+    lines.append(f"{name} {crate_dir}")
+open(os.path.join(suite, "tests.txt"), "w").write("\n".join(lines) + "\n")
+PY
+rm "$SUITE/build.json"
+cp "$TARGET/release/gpu_bench" "$TARGET/release/df11" "$SUITE/"
+for f in "$SUITE"/*; do
+  case "$f" in *.txt) continue ;; esac
+  strip "$f" && xz -T0 -3 "$f"
+done
+cp scripts/gpu-suite-run.sh "$SUITE/run.sh"
+du -sh "$SUITE"
+echo "now run on the GPU machine: bash $SUITE/run.sh   (device tool, carry [\".gpu\"])"
