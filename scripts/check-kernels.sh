@@ -19,3 +19,10 @@ for cu in kernels/*.cu; do
   done
   echo "ok: $cu (compute_90, compute_80, compute_75)"
 done
+
+# Run the kernel's own decode functions on the CPU (the harness's emulation mode) over every
+# fixture unit and the real Qwen3-4B slice: bit-exact against the originals, status word clear.
+bash kernels/harness/build.sh "$out/df11_harness"
+python3 kernels/harness/export_fixture.py "$out/units" --fixtures tests/fixtures > /dev/null
+"$out/df11_harness" --cpu "$out"/units/* | tail -1 | tee "$out/summary.txt"
+grep -q "failed=0" "$out/summary.txt"

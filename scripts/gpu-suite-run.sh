@@ -5,7 +5,7 @@ SUITE=.gpu/suite
 LOG=${OUT:-/tmp/df11-suite}
 BIN=/tmp/df11-suite-bin
 mkdir -p "$LOG" "$BIN"
-for f in "$SUITE"/*.xz; do xz -dc "$f" > "$BIN/$(basename "$f" .xz)"; done
+xz -dc "$SUITE/bins.tar.xz" | tar xf - -C "$BIN"
 chmod +x "$BIN"/*
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$LOG/device.txt"
 
@@ -14,27 +14,39 @@ fail=0
 while read -r name crate; do
   [ -n "$name" ] || continue
   short=${name%-*}
-  if (cd "$crate" && CARGO_MANIFEST_DIR=$PWD "$BIN/$name" --test-threads=1) > "$LOG/test_$short.log" 2>&1; then
-    res=$(grep -E "^test result" "$LOG/test_$short.log" | tail -1)
+  tlog=$LOG/.test_$short.log
+  if (cd "$crate" && CARGO_MANIFEST_DIR=$PWD "$BIN/$name" --test-threads=1) > "$tlog" 2>&1; then
+    res=$(grep -E "^test result" "$tlog" | tail -1)
     summary+=("PASS $short: $res")
   else
     fail=1
-    summary+=("FAIL $short: $(grep -E "^test result|panicked" "$LOG/test_$short.log" | head -3 | tr '\n' ' ')")
+    summary+=("FAIL $short: $(grep -E "^test result|panicked" "$tlog" | head -3 | tr '\n' ' ')")
   fi
+  { echo "===== $short"; cat "$tlog"; } >> "$LOG/tests.log"
+  rm -f "$tlog"
 done < "$SUITE/tests.txt"
 
-# compute-sanitizer over the decode tests: every fixture unit decoded on the GPU.
-modules=$(awk '/^modules_exact-/ {print $1}' "$SUITE/tests.txt")
-if command -v compute-sanitizer > /dev/null && [ -n "$modules" ]; then
+# compute-sanitizer memcheck over the decode tests: every fixture unit, the real Qwen3-4B slice and
+# the stress units decoded on the GPU, and the damaged units.
+memcheck() {  # <binary prefix> [test filter]
+  local bin
+  bin=$(awk -v p="^$1-" '$0 ~ p {print $1}' "$SUITE/tests.txt")
+  [ -n "$bin" ] || { summary+=("FAIL memcheck $1: binary not found"); fail=1; return; }
   if (cd crates/df11-candle && CARGO_MANIFEST_DIR=$PWD compute-sanitizer --tool memcheck --error-exitcode 9 \
-      "$BIN/$modules" --test-threads=1 units_decode) > "$LOG/memcheck.log" 2>&1; then
-    summary+=("PASS memcheck: $(grep -E "ERROR SUMMARY" "$LOG/memcheck.log" | tail -1)")
+      "$BIN/$bin" --test-threads=1 ${2:-}) > "$LOG/memcheck_$1.log" 2>&1; then
+    summary+=("PASS memcheck $1 ${2:-}: $(grep -E "ERROR SUMMARY" "$LOG/memcheck_$1.log" | tail -1)")
   else
     fail=1
-    summary+=("FAIL memcheck: $(grep -E "ERROR SUMMARY|panicked" "$LOG/memcheck.log" | head -2 | tr '\n' ' ')")
+    summary+=("FAIL memcheck $1: $(grep -E "ERROR SUMMARY|panicked" "$LOG/memcheck_$1.log" | head -2 | tr '\n' ' ')")
   fi
+}
+if command -v compute-sanitizer > /dev/null; then
+  memcheck modules_exact units_decode
+  memcheck device_stress
+  memcheck device_damaged
 else
-  summary+=("SKIP memcheck: compute-sanitizer not found")
+  fail=1
+  summary+=("FAIL memcheck: compute-sanitizer not found")
 fi
 
 if "$BIN/gpu_bench" --json "$LOG/gpu_bench.json" > "$LOG/gpu_bench.txt" 2>&1; then

@@ -162,8 +162,18 @@ impl Df11Group {
         let op = DecodeOp {
             group: self,
             blocks,
+            defect: std::sync::Mutex::new(None),
         };
-        Ok((self.sign_mantissa.apply_op1_no_bwd(&op)?, base))
+        let result = self.sign_mantissa.apply_op1_no_bwd(&op);
+        // A defect found by the CPU decoder comes back as the typed error, not as candle's.
+        if let Some(defect) = op.defect.into_inner().expect("defect lock") {
+            return Err(Df11Error::InvalidUnit {
+                path: std::path::PathBuf::from(format!("<loaded copy of {}>", self.name)),
+                unit: self.name.clone(),
+                defect,
+            });
+        }
+        Ok((result?, base))
     }
 
     /// Decodes the blocks covering `elements` and returns exactly those elements (a view).
@@ -192,6 +202,8 @@ impl Df11Group {
 struct DecodeOp<'a> {
     group: &'a Df11Group,
     blocks: Range<usize>,
+    /// Set by the CPU path when the stream does not decode.
+    defect: std::sync::Mutex<Option<crate::error::UnitDefect>>,
 }
 
 impl CustomOp1 for DecodeOp<'_> {
@@ -234,7 +246,11 @@ impl CustomOp1 for DecodeOp<'_> {
         let mut out = vec![bf16::ZERO; n];
         let dst = &mut out[elements.start - base..];
         decode_blocks(&t, &self.group.layout, table, self.blocks.clone(), dst).map_err(
-            |defect| candle_core::Error::Msg(format!("df11: unit `{}`: {defect}", self.group.name)),
+            |defect| {
+                let msg = format!("df11: unit `{}`: {defect}", self.group.name);
+                *self.defect.lock().expect("defect lock") = Some(defect);
+                candle_core::Error::Msg(msg)
+            },
         )?;
         Ok((CpuStorage::BF16(out), Shape::from(n)))
     }
