@@ -1,0 +1,197 @@
+//! The command-line flags every model binary shares (a clap `Args` struct to flatten).
+
+use std::path::PathBuf;
+
+use candle_core::DType;
+use clap::{Parser, ValueEnum};
+
+use crate::source::ModelSource;
+
+/// The compute dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ComputeDtype {
+    /// bfloat16 (the default on CUDA).
+    Bf16,
+    /// float16.
+    F16,
+    /// float32 (the default on the CPU).
+    F32,
+}
+
+impl From<ComputeDtype> for DType {
+    fn from(d: ComputeDtype) -> Self {
+        match d {
+            ComputeDtype::Bf16 => DType::BF16,
+            ComputeDtype::F16 => DType::F16,
+            ComputeDtype::F32 => DType::F32,
+        }
+    }
+}
+
+/// Flags shared by the model binaries.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct CommonArgs {
+    /// The prompt (a single user message, wrapped in the chat template unless --no-chat-template).
+    #[arg(long)]
+    pub prompt: String,
+
+    /// Hugging Face Hub repo (owner/name).
+    #[arg(long)]
+    pub model_id: Option<String>,
+
+    /// Hub revision: branch, tag or commit [default: main].
+    #[arg(long)]
+    pub revision: Option<String>,
+
+    /// A local model folder (config.json, tokenizer.json, *.safetensors) instead of the Hub.
+    #[arg(long, conflicts_with_all = ["model_id", "revision"])]
+    pub model_dir: Option<PathBuf>,
+
+    /// Use only the local Hugging Face cache; never touch the network.
+    #[arg(long)]
+    pub offline: bool,
+
+    /// Load a plain BF16 model instead of a DF11 one (for comparison).
+    #[arg(long)]
+    pub bf16: bool,
+
+    /// Encode the prompt as is (`tokenizer.encode(prompt, add_special_tokens=true)`).
+    #[arg(long)]
+    pub no_chat_template: bool,
+
+    /// Let the model think first (sets the chat template's `enable_thinking`).
+    #[arg(long)]
+    pub thinking: bool,
+
+    /// Sampling temperature; 0 = greedy [default: generation_config.json's, else greedy].
+    #[arg(long)]
+    pub temperature: Option<f64>,
+
+    /// Nucleus sampling threshold [default: generation_config.json's].
+    #[arg(long)]
+    pub top_p: Option<f64>,
+
+    /// Sample among the k most likely tokens [default: generation_config.json's].
+    #[arg(long)]
+    pub top_k: Option<usize>,
+
+    /// Random seed for sampling.
+    #[arg(long, default_value_t = 299_792_458)]
+    pub seed: u64,
+
+    /// Repetition penalty (1.0 = none).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+
+    /// How many last tokens the repetition penalty looks at.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+
+    /// Most tokens to generate.
+    #[arg(short = 'n', long, default_value_t = 1024)]
+    pub max_new_tokens: usize,
+
+    /// Run on the CPU even when CUDA is available.
+    #[arg(long)]
+    pub cpu: bool,
+
+    /// Compute dtype [default: bf16 on CUDA, f32 on the CPU].
+    #[arg(long, value_enum)]
+    pub dtype: Option<ComputeDtype>,
+
+    /// Print one JSON object (ids, text, timings) on stdout instead of the streamed text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl CommonArgs {
+    /// The model source the flags name. `default_repo` is used when neither --model-id nor
+    /// --model-dir is given.
+    pub fn source(&self, default_repo: &str) -> ModelSource {
+        match &self.model_dir {
+            Some(dir) => ModelSource::Local(dir.clone()),
+            None => ModelSource::Hub {
+                repo: self
+                    .model_id
+                    .clone()
+                    .unwrap_or_else(|| default_repo.to_string()),
+                revision: self.revision.clone(),
+                offline: self.offline,
+                cache_dir: None,
+            },
+        }
+    }
+}
+
+/// Parses the command line into `A` (a parser that flattens [`CommonArgs`]), showing
+/// `default_repo` as the default of --model-id in the help.
+pub fn parse_args<A: Parser>(default_repo: &'static str) -> A {
+    let command = A::command().mut_arg("model_id", |a| {
+        a.help(format!(
+            "Hugging Face Hub repo (owner/name) [default: {default_repo}]"
+        ))
+    });
+    let matches = command.get_matches();
+    A::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        common: CommonArgs,
+    }
+
+    #[test]
+    fn flags_and_defaults() {
+        let cli = Cli::try_parse_from([
+            "x",
+            "--prompt",
+            "hi",
+            "--model-dir",
+            "/m",
+            "-n",
+            "12",
+            "--temperature",
+            "0",
+            "--dtype",
+            "f32",
+            "--cpu",
+            "--json",
+            "--no-chat-template",
+        ])
+        .unwrap();
+        let c = cli.common;
+        assert_eq!(c.max_new_tokens, 12);
+        assert_eq!(c.dtype, Some(ComputeDtype::F32));
+        assert_eq!(c.repeat_penalty, 1.0);
+        assert!(c.cpu && c.json && c.no_chat_template && !c.thinking);
+        assert_eq!(c.source("a/b"), ModelSource::Local("/m".into()));
+
+        let hub = Cli::try_parse_from(["x", "--prompt", "p", "--offline", "--revision", "v1"])
+            .unwrap()
+            .common;
+        assert_eq!(
+            hub.source("org/name"),
+            ModelSource::Hub {
+                repo: "org/name".into(),
+                revision: Some("v1".into()),
+                offline: true,
+                cache_dir: None
+            }
+        );
+        assert!(Cli::try_parse_from([
+            "x",
+            "--prompt",
+            "p",
+            "--model-dir",
+            "d",
+            "--model-id",
+            "a/b"
+        ])
+        .is_err());
+    }
+}

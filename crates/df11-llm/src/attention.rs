@@ -1,0 +1,145 @@
+//! Scaled dot-product attention with grouped-query heads and an additive causal mask, written
+//! like transformers' eager attention: scores in the compute dtype, softmax in f32.
+//!
+//! Grouped-query attention is done without repeating keys and values: the query heads that share
+//! a key/value head are stacked along the sequence axis, so the cache is read in place.
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::error::{LlmError, Result};
+
+/// Additive causal mask `[q_len, offset + q_len]` (f32): 0 where query `i` (at position
+/// `offset + i`) may see key `j`, −∞ elsewhere. With `window`, keys more than `window - 1`
+/// positions back are hidden too (sliding-window attention).
+pub fn causal_mask(
+    q_len: usize,
+    offset: usize,
+    window: Option<usize>,
+    device: &Device,
+) -> Result<Tensor> {
+    let kv_len = offset + q_len;
+    let mask: Vec<f32> = (0..q_len)
+        .flat_map(|i| {
+            let pos = offset + i;
+            (0..kv_len).map(move |j| {
+                let future = j > pos;
+                let too_old = window.is_some_and(|w| pos >= j + w);
+                if future || too_old {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+        })
+        .collect();
+    Ok(Tensor::from_vec(mask, (q_len, kv_len), device)?)
+}
+
+/// `softmax(q kᵀ · scale + mask) v`.
+///
+/// `q`: `[batch, heads, q_len, head_dim]`; `k`, `v`: `[batch, kv_heads, kv_len, head_dim]` with
+/// `heads` a multiple of `kv_heads` (query head `h` uses key/value head `h / (heads/kv_heads)`,
+/// as HF's `repeat_kv`); `mask`: `[q_len, kv_len]` f32 or `None`. Returns
+/// `[batch, heads, q_len, head_dim]`.
+pub fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f64,
+    mask: Option<&Tensor>,
+) -> Result<Tensor> {
+    let (b, heads, q_len, head_dim) = q.dims4()?;
+    let (_, kv_heads, kv_len, _) = k.dims4()?;
+    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+        return Err(LlmError::Usage(format!(
+            "{heads} query heads cannot share {kv_heads} key/value heads"
+        )));
+    }
+    let groups = heads / kv_heads;
+    let dtype = q.dtype();
+    // [b, kv_heads, groups * q_len, head_dim]: the query heads of one kv head, stacked.
+    let q = q
+        .contiguous()?
+        .reshape((b, kv_heads, groups * q_len, head_dim))?;
+    let scores = (q.matmul(&k.transpose(2, 3)?)? * scale)?.to_dtype(DType::F32)?;
+    let scores = match mask {
+        Some(m) => scores
+            .reshape((b, kv_heads, groups, q_len, kv_len))?
+            .broadcast_add(m)?
+            .reshape((b, kv_heads, groups * q_len, kv_len))?,
+        None => scores,
+    };
+    let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(dtype)?;
+    Ok(probs
+        .matmul(v)?
+        .reshape((b, heads, q_len, head_dim))?
+        .contiguous()?)
+}
+
+/// `[batch, seq, heads * head_dim]` → `[batch, heads, seq, head_dim]`.
+pub fn split_heads(x: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
+    let (b, seq, _) = x.dims3()?;
+    Ok(x.reshape((b, seq, heads, head_dim))?.transpose(1, 2)?)
+}
+
+/// `[batch, heads, seq, head_dim]` → `[batch, seq, heads * head_dim]`.
+pub fn merge_heads(x: &Tensor) -> Result<Tensor> {
+    let (b, heads, seq, head_dim) = x.dims4()?;
+    Ok(x.transpose(1, 2)?.reshape((b, seq, heads * head_dim))?)
+}
+
+/// The last position of `[batch, seq, hidden]`: `[batch, 1, hidden]`.
+pub fn last_position(x: &Tensor) -> Result<Tensor> {
+    let seq = x.dim(1)?;
+    Ok(x.narrow(1, seq - 1, 1)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plain formulation: keys/values repeated per query head, then per-head softmax.
+    fn reference(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64, mask: &Tensor) -> Tensor {
+        let (_, heads, _, _) = q.dims4().unwrap();
+        let kv_heads = k.dim(1).unwrap();
+        let rep = |t: &Tensor| {
+            let parts: Vec<Tensor> = (0..heads)
+                .map(|h| t.narrow(1, h / (heads / kv_heads), 1).unwrap())
+                .collect();
+            Tensor::cat(&parts, 1).unwrap()
+        };
+        let (k, v) = (rep(k), rep(v));
+        let s = (q.matmul(&k.t().unwrap()).unwrap() * scale).unwrap();
+        let s = s.broadcast_add(mask).unwrap();
+        candle_nn::ops::softmax_last_dim(&s)
+            .unwrap()
+            .matmul(&v)
+            .unwrap()
+    }
+
+    #[test]
+    fn grouped_attention_equals_repeated_kv() {
+        let dev = Device::Cpu;
+        let q = Tensor::randn(0f32, 1.0, (1, 6, 4, 8), &dev).unwrap();
+        let k = Tensor::randn(0f32, 1.0, (1, 2, 7, 8), &dev).unwrap();
+        let v = Tensor::randn(0f32, 1.0, (1, 2, 7, 8), &dev).unwrap();
+        let mask = causal_mask(4, 3, None, &dev).unwrap();
+        let got = attention(&q, &k, &v, 0.3, Some(&mask)).unwrap();
+        let want = reference(&q, &k, &v, 0.3, &mask);
+        let diff = (got - want).unwrap().abs().unwrap().max_all().unwrap();
+        assert!(diff.to_scalar::<f32>().unwrap() < 1e-6);
+    }
+
+    #[test]
+    fn mask_is_causal_with_offset_and_window() {
+        let m = causal_mask(2, 3, None, &Device::Cpu).unwrap();
+        let m = m.to_vec2::<f32>().unwrap();
+        assert_eq!(m[0][..4], [0.0; 4]);
+        assert_eq!(m[0][4], f32::NEG_INFINITY);
+        assert_eq!(m[1], [0.0; 5]);
+        let w = causal_mask(3, 0, Some(2), &Device::Cpu).unwrap();
+        let w = w.to_vec2::<f32>().unwrap();
+        assert_eq!(w[2][0], f32::NEG_INFINITY);
+        assert_eq!(w[2][1..], [0.0, 0.0]);
+    }
+}

@@ -1,0 +1,99 @@
+//! The crate's error type: one variant per thing a user can get wrong, each naming the file or
+//! folder involved.
+
+use std::path::PathBuf;
+
+/// Result alias used across the crate (and by the model crates).
+pub type Result<T> = std::result::Result<T, LlmError>;
+
+/// Errors returned by df11-llm and the model crates built on it. Variant fields are the file,
+/// folder or values the message names.
+#[allow(missing_docs)]
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    /// The model folder does not exist or is not a directory.
+    #[error("{path}: model folder not found")]
+    FolderNotFound { path: PathBuf },
+    /// A file the model needs is missing from its folder.
+    #[error("{dir}: missing `{file}`")]
+    MissingFile { dir: PathBuf, file: String },
+    /// The model is of another architecture than the binary runs.
+    #[error("{path}: this is a {found} model; this program runs {expected}")]
+    WrongArchitecture {
+        path: PathBuf,
+        expected: String,
+        found: String,
+    },
+    /// A DF11 model was asked for, but the folder holds a plain (BF16) model.
+    #[error("{path}: not a DFloat11 model (config.json has no `dfloat11_config`); pass --bf16 to run a plain BF16 model")]
+    NotDf11 { path: PathBuf },
+    /// A plain BF16 model was asked for (`--bf16`), but the folder holds a DF11 model.
+    #[error("{path}: this is a DFloat11 model; drop --bf16 to run it")]
+    UnexpectedDf11 { path: PathBuf },
+    /// A config field is missing or malformed.
+    #[error("{path}: invalid config: {reason}")]
+    InvalidConfig { path: PathBuf, reason: String },
+    /// The model is not in the local Hugging Face cache (offline mode, or the Hub unreachable).
+    #[error("model `{repo}` (revision {revision}) is not in the Hugging Face cache at {cache}: {reason}")]
+    NotInCache {
+        repo: String,
+        revision: String,
+        cache: PathBuf,
+        reason: String,
+    },
+    /// The Hugging Face Hub client failed.
+    #[error("Hugging Face Hub: {0}")]
+    Hub(#[from] hf_hub::HFError),
+    /// The tokenizer failed to load or to encode/decode.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// The chat template failed to parse or render.
+    #[error("chat template: {0}")]
+    Template(String),
+    /// A user option is invalid.
+    #[error("{0}")]
+    Usage(String),
+    /// Reading a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A JSON file does not parse.
+    #[error("{path}: invalid JSON: {source}")]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An error from the DF11 weight loader.
+    #[error(transparent)]
+    Df11(#[from] df11_candle::Df11Error),
+    /// An error from candle.
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}
+
+impl LlmError {
+    /// An [`LlmError::InvalidConfig`].
+    pub fn config(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
+        Self::InvalidConfig {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl From<tokenizers::Error> for LlmError {
+    fn from(e: tokenizers::Error) -> Self {
+        Self::Tokenizer(e.to_string())
+    }
+}
+
+impl From<minijinja::Error> for LlmError {
+    fn from(e: minijinja::Error) -> Self {
+        // The alternate form includes the template line and the cause chain.
+        Self::Template(format!("{e:#}"))
+    }
+}

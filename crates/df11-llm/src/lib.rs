@@ -1,0 +1,46 @@
+//! Shared machinery for DF11 language models on candle.
+//!
+//! A model crate (e.g. `qwen3-df11`) implements [`Architecture`] and [`CausalLm`] with the
+//! building blocks here ([`RmsNorm`], [`RotaryEmbedding`], [`KvCache`], [`attention`]) and gets
+//! the rest for free: model source (local folder or Hugging Face Hub through the HF cache),
+//! tokenizer and chat template, the generation loop with sampling, the shared CLI flags
+//! ([`CommonArgs`]) and the report.
+
+#![warn(missing_docs)]
+
+pub mod app;
+pub mod args;
+pub mod attention;
+pub mod chat;
+pub mod config;
+pub mod device;
+pub mod error;
+pub mod generate;
+pub mod kv_cache;
+pub mod memory;
+pub mod norm;
+pub mod progress;
+pub mod report;
+pub mod rope;
+pub mod sampling;
+pub mod source;
+pub mod tie;
+pub mod tokenizer;
+
+pub use app::{load, prompt_ids, run, sampling_params, Architecture, LoadOptions, Loaded};
+pub use args::{parse_args, CommonArgs, ComputeDtype};
+pub use attention::{attention, causal_mask, last_position, merge_heads, split_heads};
+pub use chat::{ChatTemplate, Message};
+pub use config::{GenerationDefaults, ModelConfig, RopeConfig};
+pub use device::{select_device, select_dtype};
+pub use error::{LlmError, Result};
+pub use generate::{generate, CausalLm, Generation, GenerationParams};
+pub use kv_cache::KvCache;
+pub use memory::PeakMemory;
+pub use norm::RmsNorm;
+pub use progress::LoadBar;
+pub use rope::{apply_rope, default_inv_freq, RotaryEmbedding};
+pub use sampling::{Sampler, SamplingParams};
+pub use source::ModelSource;
+pub use tie::output_projection;
+pub use tokenizer::{encode, load_tokenizer, TextStream};

@@ -1,0 +1,29 @@
+//! The output projection (`lm_head`), untied or tied to the input embedding.
+
+use df11_candle::{Embedding, Linear, ModelWeights};
+
+use crate::error::Result;
+
+/// `lm_head` of a model: its own weight (`lm_head_module.weight`, compressed or plain), or,
+/// when `tied`, the embedding table itself. A dense table is shared (no copy); a DF11-compressed
+/// table is used through the same compressed unit, so it is never held decoded.
+pub fn output_projection(
+    weights: &ModelWeights,
+    tied: bool,
+    lm_head_module: &str,
+    embed_module: &str,
+    embedding: &Embedding,
+    vocab: usize,
+    hidden: usize,
+) -> Result<Linear> {
+    if !tied {
+        return Ok(weights.linear(lm_head_module, vocab, hidden, false)?);
+    }
+    match embedding {
+        Embedding::Dense(e) => Ok(Linear::Dense(candle_nn::Linear::new(
+            e.embeddings().clone(),
+            None,
+        ))),
+        Embedding::Df11(_) => Ok(weights.linear(embed_module, vocab, hidden, false)?),
+    }
+}
