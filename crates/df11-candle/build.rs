@@ -1,6 +1,7 @@
 //! With the `cuda` feature, compiles `kernels/*.cu` to PTX with nvcc (embedded by `src/cuda.rs`).
 //! Target: `CUDA_COMPUTE_CAP` (e.g. `90`; default 80, whose PTX the driver JIT-compiles for any
-//! newer GPU). nvcc is found as `$NVCC`, `$CUDA_HOME/bin/nvcc` or on PATH.
+//! newer GPU). nvcc is found as `$NVCC`, `$CUDA_HOME/bin/nvcc` or on PATH; `DF11_NVCC_FLAGS` adds
+//! flags (e.g. `-DDF11_MIN_BLOCKS=4` to trade registers for occupancy).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -9,6 +10,7 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     println!("cargo:rerun-if-env-changed=NVCC");
+    println!("cargo:rerun-if-env-changed=DF11_NVCC_FLAGS");
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
     }
@@ -35,6 +37,11 @@ fn main() {
                 "-o",
             ])
             .arg(out.join(format!("{name}.ptx")))
+            .args(
+                std::env::var("DF11_NVCC_FLAGS")
+                    .unwrap_or_default()
+                    .split_whitespace(),
+            )
             .arg(&src)
             .status()
             .unwrap_or_else(|e| panic!("could not run nvcc ({nvcc}): {e}; set NVCC or CUDA_HOME"));

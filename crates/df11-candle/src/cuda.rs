@@ -50,6 +50,37 @@ const FLAGS: [(u32, &str); 6] = [
 /// The largest dynamic shared memory the kernel function has been opted in to.
 static SMEM_OPT_IN: AtomicU32 = AtomicU32::new(48 * 1024);
 
+/// Devices whose default memory pool already keeps freed memory.
+static POOLS_KEPT: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
+/// Makes the device's default (stream-ordered) memory pool keep freed memory instead of
+/// returning it to the driver at every synchronisation. Decoded weights are allocated and freed
+/// at every forward; without this each allocation maps fresh pages (measured: ~15% of the decode
+/// time of a Qwen3-8B layer). Freed memory stays reusable by every allocation on the device, as
+/// with PyTorch's caching allocator.
+fn keep_pool_memory(device: &CudaDevice) {
+    use candle_core::cuda_backend::cudarc::driver::sys;
+    let ordinal = device.cuda_stream().context().ordinal();
+    let mut kept = POOLS_KEPT.lock().expect("pool lock");
+    if kept.contains(&ordinal) {
+        return;
+    }
+    kept.push(ordinal);
+    let cu_device = device.cuda_stream().context().cu_device();
+    // SAFETY: plain driver calls on a live context's device; failure only leaves the default.
+    unsafe {
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        if sys::cuDeviceGetDefaultMemPool(&mut pool, cu_device) == sys::CUresult::CUDA_SUCCESS {
+            let mut threshold: u64 = u64::MAX;
+            let _ = sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                &mut threshold as *mut u64 as *mut std::ffi::c_void,
+            );
+        }
+    }
+}
+
 /// A unit's buffers on one CUDA device (`sign_mantissa` is the op's argument tensor).
 pub(crate) struct CudaUnit {
     device: CudaDevice,
@@ -70,6 +101,7 @@ impl CudaUnit {
         t: &UnitTensors<'_>,
         layout: &UnitLayout,
     ) -> Result<Self> {
+        keep_pool_memory(device);
         let luts = device.clone_htod(t.luts)?;
         let codes = device.clone_htod(t.encoded_exponent)?;
         let gaps = device.clone_htod(t.gaps)?;
