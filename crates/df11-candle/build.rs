@@ -3,7 +3,7 @@
 //! newer GPU). nvcc is found as `$NVCC`, `$CUDA_HOME/bin/nvcc` or on PATH; `DF11_NVCC_FLAGS` adds
 //! flags (e.g. `-DDF11_MIN_BLOCKS=4` to trade registers for occupancy).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
@@ -25,26 +25,19 @@ fn main() {
             .map(|h| format!("{h}/bin/nvcc"))
             .unwrap_or_else(|_| "nvcc".into())
     });
-    for name in ["df11_decode"] {
-        let src = kernels.join(format!("{name}.cu"));
-        println!("cargo:rerun-if-changed={}", src.display());
-        let status = Command::new(&nvcc)
-            .args([
-                "--ptx",
-                "-O3",
-                "-std=c++17",
-                &format!("-arch=compute_{cap}"),
-                "-o",
-            ])
-            .arg(out.join(format!("{name}.ptx")))
-            .args(
-                std::env::var("DF11_NVCC_FLAGS")
-                    .unwrap_or_default()
-                    .split_whitespace(),
-            )
-            .arg(&src)
-            .status()
-            .unwrap_or_else(|e| panic!("could not run nvcc ({nvcc}): {e}; set NVCC or CUDA_HOME"));
-        assert!(status.success(), "nvcc failed on {}", src.display());
-    }
+    compile(&nvcc, &cap, &kernels, &out, "df11_decode");
+}
+
+/// `kernels/<name>.cu` -> `$OUT_DIR/<name>.ptx`.
+fn compile(nvcc: &str, cap: &str, kernels: &Path, out: &Path, name: &str) {
+    let src = kernels.join(format!("{name}.cu"));
+    println!("cargo:rerun-if-changed={}", src.display());
+    let status = Command::new(nvcc)
+        .args(["--ptx", "-O3", "-std=c++17", &format!("-arch=compute_{cap}"), "-o"])
+        .arg(out.join(format!("{name}.ptx")))
+        .args(std::env::var("DF11_NVCC_FLAGS").unwrap_or_default().split_whitespace())
+        .arg(&src)
+        .status()
+        .unwrap_or_else(|e| panic!("could not run nvcc ({nvcc}): {e}; set NVCC or CUDA_HOME"));
+    assert!(status.success(), "nvcc failed on {}", src.display());
 }
