@@ -33,9 +33,19 @@ fn compile(nvcc: &str, cap: &str, kernels: &Path, out: &Path, name: &str) {
     let src = kernels.join(format!("{name}.cu"));
     println!("cargo:rerun-if-changed={}", src.display());
     let status = Command::new(nvcc)
-        .args(["--ptx", "-O3", "-std=c++17", &format!("-arch=compute_{cap}"), "-o"])
+        .args([
+            "--ptx",
+            "-O3",
+            "-std=c++17",
+            &format!("-arch=compute_{cap}"),
+            "-o",
+        ])
         .arg(out.join(format!("{name}.ptx")))
-        .args(std::env::var("DF11_NVCC_FLAGS").unwrap_or_default().split_whitespace())
+        .args(
+            std::env::var("DF11_NVCC_FLAGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .arg(&src)
         .status()
         .unwrap_or_else(|e| panic!("could not run nvcc ({nvcc}): {e}; set NVCC or CUDA_HOME"));
