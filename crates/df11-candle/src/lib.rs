@@ -5,6 +5,7 @@
 //! folders, validates them, decodes units on the CPU (and, with the `cuda` feature, on the GPU),
 //! and compresses BF16 models into the official layout.
 
+pub mod backend;
 pub mod compress;
 pub mod config;
 #[cfg(feature = "cuda")]
@@ -23,6 +24,7 @@ pub mod unit;
 pub mod verify;
 pub mod weights;
 
+pub use backend::Df11Backend;
 pub use compress::{compress_model, CompressOptions, CompressProgress, CompressReport};
 pub use config::{Df11Config, Pattern, PatternDict};
 pub use decode::{decode_parallel, decode_sequential, DecodeTable};
