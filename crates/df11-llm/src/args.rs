@@ -47,7 +47,8 @@ pub struct CommonArgs {
     #[arg(long, conflicts_with_all = ["model_id", "revision"])]
     pub model_dir: Option<PathBuf>,
 
-    /// Use only the local Hugging Face cache; never touch the network.
+    /// Use only the local Hugging Face cache; never touch the network (also set by
+    /// HF_HUB_OFFLINE=1).
     #[arg(long)]
     pub offline: bool,
 
@@ -116,11 +117,21 @@ impl CommonArgs {
                     .clone()
                     .unwrap_or_else(|| default_repo.to_string()),
                 revision: self.revision.clone(),
-                offline: self.offline,
+                offline: self.offline || env_offline(),
                 cache_dir: None,
             },
         }
     }
+}
+
+/// Whether `HF_HUB_OFFLINE` asks for offline mode (as huggingface_hub reads it).
+fn env_offline() -> bool {
+    std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "1" | "on" | "yes" | "true"
+        )
+    })
 }
 
 /// Parses the command line into `A` (a parser that flattens [`CommonArgs`]), showing

@@ -12,6 +12,10 @@ use crate::memory::PeakMemory;
 use crate::sampling::{Sampler, SamplingParams};
 use crate::tokenizer::TextStream;
 
+/// At most this many new positions are preallocated in the KV cache up front; longer
+/// generations grow it as they go.
+const RESERVE_NEW_TOKENS: usize = 4096;
+
 /// A decoder-only language model with a KV cache.
 pub trait CausalLm {
     /// Runs `ids` (`[batch, seq]`, u32) at positions `start_pos..start_pos + seq` (the cache
@@ -83,6 +87,11 @@ pub fn generate<M: CausalLm + ?Sized>(
     if prompt.is_empty() {
         return Err(LlmError::Usage("the prompt encodes to no tokens".into()));
     }
+    if params.max_new_tokens == 0 {
+        return Err(LlmError::Usage(
+            "--max-new-tokens must be at least 1".into(),
+        ));
+    }
     let device = model.device().clone();
     let mut memory = PeakMemory::new(&device);
     let mut sampler = Sampler::new(&params.sampling);
@@ -90,7 +99,7 @@ pub fn generate<M: CausalLm + ?Sized>(
     let mut tokens = prompt.to_vec();
     let mut generated = Vec::new();
     model.reset();
-    model.reserve(prompt.len() + params.max_new_tokens);
+    model.reserve(prompt.len() + params.max_new_tokens.min(RESERVE_NEW_TOKENS));
 
     let start = Instant::now();
     let mut first_token_at = start;
@@ -105,7 +114,7 @@ pub fn generate<M: CausalLm + ?Sized>(
         let ids = Tensor::new(input, &device)?.unsqueeze(0)?;
         let logits = last_logits(model.forward(&ids, pos)?)?;
         if generated.is_empty() {
-            // Reading the logits back below waits for the device; time the forward with it.
+            // Wait for the device, so the time covers the forward pass, not just its launch.
             device.synchronize()?;
             prefill = start.elapsed();
         }

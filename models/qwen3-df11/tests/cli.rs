@@ -216,4 +216,20 @@ fn errors_exit_non_zero_with_a_message() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(needle), "{needle}: {stderr}");
     }
+    let dir = model_dir("qwen3-tiny", "df11");
+    let out = qwen3(
+        &[
+            "--model-dir",
+            dir.to_str().unwrap(),
+            "--prompt",
+            "x",
+            "-n",
+            "0",
+            "--cpu",
+        ],
+        &[],
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("at least 1"), "{stderr}");
 }
