@@ -31,11 +31,13 @@
 //!
 //! A unit (e.g. `model.layers.0`, holding q, k, v, o, gate, up and down) is put on the device
 //! asked for and decoded whole by [`Df11Group`]: the CPU decoder on the CPU, the CUDA kernel on
-//! CUDA. The backend caches **only the last decoded unit**, and hands its members out as views
-//! of it (no copy; converted when another dtype than BF16 is asked for). Models load their
-//! weights layer by layer, so each unit is decoded once, and the extra memory while loading is at
-//! most one decoded unit. A unit asked for again after another one is decoded again (correct,
-//! only slower); [`Df11Backend::units_decoded`] counts the decodes.
+//! CUDA. The backend caches **only the last decoded unit** and hands its members out as tensors
+//! of their own (copied out of the unit, or converted to the dtype asked for), so a decoded unit
+//! is freed as soon as the next one is decoded. Models load their weights layer by layer, so each
+//! unit is decoded once, and the extra memory while loading is one decoded unit (the group's
+//! compressed copy on the device lives only while its unit decodes). A unit asked for again after
+//! another one is decoded again (correct, only slower); [`Df11Backend::units_decoded`] counts the
+//! decodes, and [`Df11Backend::clear_cache`] frees the last unit once the model is built.
 //!
 //! # Names, shapes and errors
 //!
@@ -261,7 +263,13 @@ impl Df11Backend {
             Some(s) => flat.reshape(s)?,
             None => flat,
         };
-        Ok(t.to_dtype(dtype)?)
+        // Each weight gets its own storage: a view would keep the whole unit alive and make
+        // candle's CPU BF16 matmul widen the whole unit at every call.
+        Ok(if dtype == DType::BF16 {
+            t.force_contiguous()?
+        } else {
+            t.to_dtype(dtype)?
+        })
     }
 
     /// Unit `unit` decoded on `device`: from the cache, or decoded now (and cached instead of

@@ -15,14 +15,28 @@ pub enum UnitDefect {
     /// `luts` is not `[K, 256]` with `2 <= K <= 18`.
     LutShape(String),
     /// A decode-row entry points at a row that does not exist.
-    LutPointer { row: usize, index: usize, value: u8 },
+    LutPointer {
+        /// The LUT row holding the entry.
+        row: usize,
+        /// The entry's index in the row (the byte value looked up).
+        index: usize,
+        /// The entry: a row number past the last decode row.
+        value: u8,
+    },
     /// A symbol reachable in the decode rows has a code length of 0 or more than 32 bits.
-    LutCodeLength { symbol: u8, length: u8 },
+    LutCodeLength {
+        /// The exponent symbol.
+        symbol: u8,
+        /// Its code length in bits, from the last LUT row.
+        length: u8,
+    },
     /// `output_positions` has the wrong length, does not start at 0, decreases, or does not end at N.
     OutputPositions(String),
     /// `gaps` is shorter than `320 * n_blocks` bytes.
     GapsLength {
+        /// `320 * n_blocks` (5 bits per thread).
         expected_at_least: usize,
+        /// Bytes in `gaps`.
         found: usize,
     },
     /// `split_positions` is not strictly increasing inside `(0, N)`, or disagrees with the members.
@@ -30,7 +44,12 @@ pub enum UnitDefect {
     /// A size does not fit the 32-bit sizes of the GPU kernel, or the stream is empty while N > 0.
     Size(String),
     /// The members' element counts do not add up to N.
-    MemberSizes { expected: usize, found: usize },
+    MemberSizes {
+        /// N, the unit's element count.
+        expected: usize,
+        /// The sum of the members' element counts.
+        found: usize,
+    },
     /// The bitstream does not decode: an invalid code, a code running past the end of the stream,
     /// or a `gaps` / `output_positions` entry that disagrees with where the codes really start.
     Stream(String),
@@ -79,80 +98,135 @@ pub enum Df11Error {
     /// Reading or writing a file failed.
     #[error("{path}: {source}")]
     Io {
+        /// The file or folder.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
     /// A JSON file does not parse.
     #[error("{path}: invalid JSON: {source}")]
     Json {
+        /// The file.
         path: PathBuf,
+        /// The parse error.
         #[source]
         source: serde_json::Error,
     },
     /// The folder is not a model folder (no config.json, or not a directory).
     #[error("{path}: {reason}")]
-    NotAModel { path: PathBuf, reason: String },
+    NotAModel {
+        /// The folder.
+        path: PathBuf,
+        /// What is missing.
+        reason: String,
+    },
     /// `config.json` has no `dfloat11_config`: this is a plain model, not a DF11 one.
     #[error("{path}: no `dfloat11_config` in config.json: this is not a DFloat11 model (a plain BF16 folder?)")]
-    NotDf11 { path: PathBuf },
+    NotDf11 {
+        /// The `config.json`.
+        path: PathBuf,
+    },
     /// A DFloat11 0.1.0 repo (pickled tensors): unsupported, and unsafe to unpickle.
     #[error("{path}: this is a legacy DFloat11 0.1.0 repo (pickle files); it is not supported. Use a DF11 repo in the safetensors format (dfloat11 >= 0.2.0), or re-compress the BF16 model with `df11 compress`")]
-    LegacyPickle { path: PathBuf },
+    LegacyPickle {
+        /// The folder.
+        path: PathBuf,
+    },
     /// `dfloat11_config` or another config field is malformed.
     #[error("{path}: invalid config: {reason}")]
-    InvalidConfig { path: PathBuf, reason: String },
+    InvalidConfig {
+        /// The config file (or the folder).
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// A safetensors file is truncated or its header is malformed.
     #[error("{path}: invalid safetensors file: {reason}")]
-    Safetensors { path: PathBuf, reason: String },
+    Safetensors {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// The same tensor name appears in two files.
     #[error("tensor `{tensor}` appears in both {first} and {second}")]
     DuplicateTensor {
+        /// The tensor name.
         tensor: String,
+        /// The first file holding it.
         first: PathBuf,
+        /// The second file holding it.
         second: PathBuf,
     },
     /// A tensor that must exist is absent.
     #[error("{path}: missing tensor `{tensor}`")]
-    MissingTensor { path: PathBuf, tensor: String },
+    MissingTensor {
+        /// The file (or folder) where it was looked for.
+        path: PathBuf,
+        /// The tensor name.
+        tensor: String,
+    },
     /// A tensor has the wrong dtype.
     #[error("{path}: tensor `{tensor}` has dtype {found}, expected {expected}")]
     WrongDtype {
+        /// The file holding the tensor.
         path: PathBuf,
+        /// The tensor name.
         tensor: String,
+        /// The dtype(s) accepted.
         expected: String,
+        /// The dtype found.
         found: String,
     },
     /// A tensor has the wrong shape.
     #[error("{path}: tensor `{tensor}` has shape {found:?}, expected {expected}")]
     WrongShape {
+        /// The file holding the tensor.
         path: PathBuf,
+        /// The tensor name.
         tensor: String,
+        /// The shape expected, in words (e.g. `[K, 256]`).
         expected: String,
+        /// The shape found (a compressed weight's is its flat element count).
         found: Vec<usize>,
     },
     /// A compressed unit matches no `pattern_dict` key.
     #[error("{path}: compressed unit `{unit}` matches no pattern_dict key")]
-    UnmatchedUnit { path: PathBuf, unit: String },
+    UnmatchedUnit {
+        /// The file holding the unit.
+        path: PathBuf,
+        /// The unit's module path.
+        unit: String,
+    },
     /// A compressed unit matches more than one `pattern_dict` key.
     #[error("{path}: compressed unit `{unit}` matches several pattern_dict keys: {patterns:?}")]
     AmbiguousUnit {
+        /// The file holding the unit.
         path: PathBuf,
+        /// The unit's module path.
         unit: String,
+        /// The keys it matches.
         patterns: Vec<String>,
     },
     /// A compressed unit violates an invariant of the format.
     #[error("{path}: unit `{unit}`: {defect}")]
     InvalidUnit {
+        /// The file holding the unit.
         path: PathBuf,
+        /// The unit's module path.
         unit: String,
+        /// The invariant it violates.
         defect: UnitDefect,
     },
     /// The compressor was given something it cannot encode.
     #[error("{path}: tensor `{tensor}`: {reason}")]
     Unencodable {
+        /// The file holding the tensor.
         path: PathBuf,
+        /// The tensor name.
         tensor: String,
+        /// Why it cannot be encoded.
         reason: String,
     },
     /// A caller-provided buffer or argument is wrong (not an input-file problem).

@@ -260,6 +260,19 @@ fn get_unchecked_returns_compressed_weights_flat() {
         .get((384, 128), "model.layers.0.mlp.gate_proj.weight")
         .unwrap();
     assert_eq!(gate.dims(), &[384, 128]);
+    // A weight owns its storage (not a view into the decoded unit).
+    assert_eq!(gate.layout().start_offset(), 0);
+    let k = vb
+        .get_unchecked("model.layers.0.self_attn.k_proj.weight")
+        .unwrap();
+    assert_eq!(k.layout().start_offset(), 0);
+    assert_eq!(k.dims(), &[64 * 128]);
+    let vb = df11_backend("qwen3-tiny").into_var_builder(DType::F32, &Device::Cpu);
+    let v = vb
+        .get((64, 128), "model.layers.0.self_attn.v_proj.weight")
+        .unwrap();
+    assert_eq!(v.layout().start_offset(), 0);
+    assert_eq!(v.dtype(), DType::F32);
 }
 
 #[test]
