@@ -11,6 +11,7 @@
 pub mod app;
 pub mod args;
 pub mod attention;
+pub mod bench;
 pub mod chat;
 pub mod config;
 pub mod device;

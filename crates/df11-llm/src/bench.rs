@@ -1,0 +1,124 @@
+//! End-to-end speed of a model: prefill of a prompt of random ids, then greedy decoding, timed
+//! with device synchronisation, and the peak device memory. Used by each model crate's bench
+//! binary to compare its DF11 and BF16 forms on the same machine.
+
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+use serde::Serialize;
+
+use crate::app::{load, Architecture, LoadOptions};
+use crate::error::{LlmError, Result};
+use crate::generate::CausalLm;
+use crate::memory::PeakMemory;
+use crate::source::ModelSource;
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// The model folder.
+    pub dir: std::path::PathBuf,
+    /// Read it as a plain BF16 folder.
+    pub bf16: bool,
+    /// Device and compute dtype.
+    pub device: Device,
+    /// Compute dtype.
+    pub dtype: DType,
+    /// Prompt length for the prefill.
+    pub prompt_tokens: usize,
+    /// Tokens decoded one at a time after the prompt.
+    pub decode_tokens: usize,
+    /// Seed of the random prompt.
+    pub seed: u64,
+}
+
+/// The measurements.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchResult {
+    /// `df11` or `bf16`.
+    pub format: String,
+    /// Seconds to load the weights onto the device.
+    pub load_s: f64,
+    /// Prompt tokens per second of the prefill.
+    pub prefill_tok_s: f64,
+    /// Tokens per second while decoding one token at a time (batch 1).
+    pub decode_tok_s: f64,
+    /// Milliseconds per decoded token.
+    pub decode_ms_per_token: f64,
+    /// Peak device memory (bytes), when the device reports it.
+    pub peak_bytes: Option<u64>,
+    /// The greedy tokens (so the DF11 and BF16 runs can be compared).
+    pub tokens: Vec<u32>,
+}
+
+/// A tiny xorshift generator: the prompt only needs to be reproducible.
+fn random_ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % vocab as u64) as u32
+        })
+        .collect()
+}
+
+fn argmax(logits: &Tensor) -> Result<u32> {
+    Ok(logits.flatten_all()?.argmax(0)?.to_scalar::<u32>()?)
+}
+
+/// Loads the model of architecture `A` from `opts.dir` and measures it.
+pub fn bench_model<A: Architecture>(opts: &BenchOptions) -> Result<BenchResult> {
+    let mut peak = PeakMemory::new(&opts.device);
+    let t = Instant::now();
+    let mut loaded = load::<A>(&LoadOptions {
+        source: ModelSource::Local(opts.dir.clone()),
+        bf16: opts.bf16,
+        device: opts.device.clone(),
+        dtype: opts.dtype,
+        show_progress: false,
+    })?;
+    opts.device.synchronize()?;
+    let load_s = t.elapsed().as_secs_f64();
+    let json = loaded.config.json();
+    let vocab = json
+        .get("vocab_size")
+        .or_else(|| json.get("text_config").and_then(|t| t.get("vocab_size")))
+        .and_then(serde_json::Value::as_u64)
+        .ok_or_else(|| LlmError::config(loaded.config.path(), "no vocab_size"))? as usize;
+    let model = &mut loaded.model;
+    let prompt = random_ids(opts.prompt_tokens, vocab, opts.seed);
+    model.reserve(opts.prompt_tokens + opts.decode_tokens + 1);
+
+    // Warm-up (kernels loaded, allocator primed), then the timed prefill.
+    let ids = Tensor::new(&prompt[..prompt.len().min(16)], &opts.device)?.unsqueeze(0)?;
+    model.forward(&ids, 0)?;
+    model.reset();
+    opts.device.synchronize()?;
+    let ids = Tensor::new(prompt.as_slice(), &opts.device)?.unsqueeze(0)?;
+    let t = Instant::now();
+    let logits = model.forward(&ids, 0)?;
+    let mut next = argmax(&logits)?;
+    let prefill_s = t.elapsed().as_secs_f64();
+    peak.sample();
+
+    let mut tokens = vec![next];
+    let t = Instant::now();
+    for i in 0..opts.decode_tokens {
+        let ids = Tensor::new(&[next], &opts.device)?.unsqueeze(0)?;
+        let logits = model.forward(&ids, prompt.len() + i)?;
+        next = argmax(&logits)?;
+        tokens.push(next);
+    }
+    let decode_s = t.elapsed().as_secs_f64();
+    Ok(BenchResult {
+        format: if opts.bf16 { "bf16" } else { "df11" }.into(),
+        load_s,
+        prefill_tok_s: prompt.len() as f64 / prefill_s,
+        decode_tok_s: opts.decode_tokens as f64 / decode_s,
+        decode_ms_per_token: decode_s * 1e3 / opts.decode_tokens.max(1) as f64,
+        peak_bytes: peak.peak(),
+        tokens,
+    })
+}
