@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use candle_core::{DType, Device};
-use df11_candle::{ModelWeights, WeightFormat};
+use df11_candle::config::is_legacy_pickle_repo;
+use df11_candle::{Df11Error, ModelWeights, WeightFormat};
 use tokenizers::Tokenizer;
 
 use crate::args::CommonArgs;
@@ -78,7 +79,15 @@ pub fn load<A: Architecture>(opts: &LoadOptions) -> Result<Loaded<A::Model>> {
     if !dir.is_dir() {
         return Err(LlmError::FolderNotFound { path: dir });
     }
-    let config = ModelConfig::open(&dir)?;
+    // A legacy DFloat11 0.1.0 repo (pickled units) is named as such, not reported as a missing
+    // config or a model of unknown architecture.
+    let legacy = |config: Option<&serde_json::Value>| {
+        is_legacy_pickle_repo(&dir, config).then(|| Df11Error::LegacyPickle { path: dir.clone() })
+    };
+    let config = ModelConfig::open(&dir).map_err(|e| legacy(None).map_or(e, LlmError::from))?;
+    if let Some(e) = legacy(Some(config.json())) {
+        return Err(e.into());
+    }
     config.check_model_type(A::MODEL_TYPES, A::NAME)?;
     match (opts.bf16, config.is_df11()) {
         (false, false) => return Err(LlmError::NotDf11 { path: dir }),

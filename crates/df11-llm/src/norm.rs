@@ -2,6 +2,7 @@
 //! then multiply by the weight (`weight * (x * rsqrt(mean(x²) + eps)).to(dtype)`).
 
 use candle_core::{DType, Module, Tensor};
+use df11_candle::ModelWeights;
 
 use crate::error::Result;
 
@@ -23,6 +24,11 @@ impl RmsNorm {
             ones,
             eps: eps as f32,
         })
+    }
+
+    /// The norm of module `module` (weight `{module}.weight`, `[size]`) in the compute dtype.
+    pub fn load(weights: &ModelWeights, module: &str, size: usize, eps: f64) -> Result<Self> {
+        Self::new(weights.tensor(&format!("{module}.weight"), &[size])?, eps)
     }
 
     /// The weight.

@@ -4,8 +4,11 @@
 //! both f32), then converted to the compute dtype. They grow on demand in chunks, so a model with
 //! a huge `max_position_embeddings` does not pay for positions it never reaches.
 
+use std::path::Path;
+
 use candle_core::{DType, Device, Tensor};
 
+use crate::config::RopeConfig;
 use crate::error::{LlmError, Result};
 
 /// Positions are added to the tables this many at a time.
@@ -18,6 +21,124 @@ pub fn default_inv_freq(base: f64, dim: usize) -> Vec<f32> {
     (0..dim)
         .step_by(2)
         .map(|i| 1.0 / base.powf(i as f32 / dim as f32))
+        .collect()
+}
+
+/// A RoPE frequency scaling (`rope_scaling` / `rope_parameters` of config.json), applied to the
+/// default inverse frequencies the way transformers' `ROPE_INIT_FUNCTIONS` do, in f32.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RopeScaling {
+    /// Plain RoPE (`rope_type` absent or `default`).
+    None,
+    /// `linear`: every inverse frequency divided by `factor`.
+    Linear {
+        /// The divisor.
+        factor: f64,
+    },
+    /// `llama3` (Llama 3.1 and later): low frequencies divided by `factor`, high ones kept,
+    /// the band between interpolated smoothly.
+    Llama3 {
+        /// Divisor of the low frequencies.
+        factor: f64,
+        /// Wavelengths above `original_max_position_embeddings / low_freq_factor` are scaled.
+        low_freq_factor: f64,
+        /// Wavelengths below `original_max_position_embeddings / high_freq_factor` are kept.
+        high_freq_factor: f64,
+        /// The pre-training context length.
+        original_max_position_embeddings: f64,
+    },
+}
+
+impl RopeScaling {
+    /// The scaling `rope` asks for; `path` (the config file) names errors. Types other than
+    /// `linear` and `llama3` are refused.
+    pub fn from_config(rope: &RopeConfig, path: &Path) -> Result<Self> {
+        let Some(kind) = rope.rope_type.as_deref() else {
+            return Ok(Self::None);
+        };
+        let field = |name: &str| {
+            rope.scaling
+                .as_ref()
+                .and_then(|s| s.get(name))
+                .and_then(serde_json::Value::as_f64)
+                .ok_or_else(|| {
+                    LlmError::config(path, format!("RoPE scaling `{kind}` needs `{name}`"))
+                })
+        };
+        match kind {
+            "linear" => Ok(Self::Linear {
+                factor: field("factor")?,
+            }),
+            "llama3" => {
+                let (low, high) = (field("low_freq_factor")?, field("high_freq_factor")?);
+                if !(low > 0.0 && high > low) {
+                    return Err(LlmError::config(
+                        path,
+                        format!("llama3 RoPE scaling needs 0 < low_freq_factor ({low}) < high_freq_factor ({high})"),
+                    ));
+                }
+                Ok(Self::Llama3 {
+                    factor: field("factor")?,
+                    low_freq_factor: low,
+                    high_freq_factor: high,
+                    original_max_position_embeddings: field("original_max_position_embeddings")?,
+                })
+            }
+            other => Err(LlmError::config(
+                path,
+                format!("RoPE scaling `{other}` is not supported (supported: linear, llama3)"),
+            )),
+        }
+    }
+
+    /// The inverse frequencies for base `theta` and rotary dimension `dim`: the default ones
+    /// ([`default_inv_freq`]) scaled.
+    pub fn inv_freq(&self, theta: f64, dim: usize) -> Vec<f32> {
+        let inv = default_inv_freq(theta, dim);
+        match *self {
+            Self::None => inv,
+            Self::Linear { factor } => inv.iter().map(|f| f / factor as f32).collect(),
+            Self::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => llama3_inv_freq(
+                &inv,
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            ),
+        }
+    }
+}
+
+/// transformers' `_compute_llama3_parameters`, operation for operation on f32 tensors: Python
+/// scalars enter each operation as f32, and `scalar / tensor` is `tensor.reciprocal() * scalar`.
+fn llama3_inv_freq(inv: &[f32], factor: f64, low: f64, high: f64, old_context: f64) -> Vec<f32> {
+    let low_freq_wavelen = (old_context / low) as f32;
+    let high_freq_wavelen = (old_context / high) as f32;
+    let two_pi = (2.0 * std::f64::consts::PI) as f32;
+    let (factor_f, low_f, band) = (factor as f32, low as f32, (high - low) as f32);
+    inv.iter()
+        .map(|&f| {
+            let wavelen = (1.0 / f) * two_pi;
+            let scaled = if wavelen > low_freq_wavelen {
+                f / factor_f
+            } else {
+                f
+            };
+            let smooth = ((1.0 / wavelen) * old_context as f32 - low_f) / band;
+            let smoothed = (1.0 - smooth) * scaled / factor_f + smooth * scaled;
+            // `~(wavelen < high) * ~(wavelen > low)` (wavelengths are never NaN).
+            let medium = wavelen >= high_freq_wavelen && wavelen <= low_freq_wavelen;
+            if medium {
+                smoothed
+            } else {
+                scaled
+            }
+        })
         .collect()
 }
 
@@ -136,6 +257,76 @@ mod tests {
         assert!(rope.tables(4999, 2).is_err());
         assert!(rope.tables(4999, 1).is_ok());
         assert_eq!(rope.rows(), 5000);
+    }
+
+    fn rope_config(scaling: serde_json::Value) -> RopeConfig {
+        let rope_type = scaling
+            .get("rope_type")
+            .and_then(|t| t.as_str())
+            .map(str::to_string);
+        RopeConfig {
+            theta: 5e5,
+            rope_type,
+            scaling: Some(scaling),
+        }
+    }
+
+    #[test]
+    fn scaling_types_from_config() {
+        let path = Path::new("config.json");
+        let plain = RopeConfig {
+            theta: 1e4,
+            rope_type: None,
+            scaling: None,
+        };
+        assert_eq!(
+            RopeScaling::from_config(&plain, path).unwrap(),
+            RopeScaling::None
+        );
+        let linear = rope_config(serde_json::json!({"rope_type": "linear", "factor": 8.0}));
+        let s = RopeScaling::from_config(&linear, path).unwrap();
+        assert_eq!(s, RopeScaling::Linear { factor: 8.0 });
+        assert_eq!(s.inv_freq(1e4, 8)[1], default_inv_freq(1e4, 8)[1] / 8.0);
+        for bad in [
+            serde_json::json!({"rope_type": "yarn", "factor": 4.0}),
+            serde_json::json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0}),
+            serde_json::json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
+                "high_freq_factor": 1.0, "original_max_position_embeddings": 64}),
+        ] {
+            let e = RopeScaling::from_config(&rope_config(bad.clone()), path);
+            assert!(matches!(e, Err(LlmError::InvalidConfig { .. })), "{bad}");
+        }
+    }
+
+    #[test]
+    fn llama3_keeps_high_scales_low_and_smooths_the_band() {
+        // Llama 3.1's constants with a short original context, so all three bands occur.
+        let rope = rope_config(serde_json::json!({
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 64
+        }));
+        let scaling = RopeScaling::from_config(&rope, Path::new("config.json")).unwrap();
+        let base = default_inv_freq(5e5, 32);
+        let got = scaling.inv_freq(5e5, 32);
+        let (mut high, mut low, mut medium) = (0, 0, 0);
+        for (&f, &g) in base.iter().zip(&got) {
+            // The formula in f64: smooth = (64 / wavelen - 1) / 3.
+            let wavelen = 2.0 * std::f64::consts::PI / f as f64;
+            if wavelen < 16.0 {
+                assert_eq!(g, f);
+                high += 1;
+            } else if wavelen > 64.0 {
+                assert_eq!(g, f / 8.0);
+                low += 1;
+            } else {
+                let smooth = (64.0 / wavelen - 1.0) / 3.0;
+                let want = (1.0 - smooth) * f as f64 / 8.0 + smooth * f as f64;
+                assert!(((g as f64 - want) / want).abs() < 1e-6, "{g} vs {want}");
+                assert!(g < f && g > f / 8.0);
+                medium += 1;
+            }
+        }
+        assert!(high > 0 && low > 0 && medium > 0, "{high} {low} {medium}");
     }
 
     #[test]
