@@ -35,6 +35,22 @@ pub fn causal_mask(
     Ok(Tensor::from_vec(mask, (q_len, kv_len), device)?)
 }
 
+/// The mask a decoder step needs: [`causal_mask`] when the step has several queries or when a
+/// sliding `window` hides some cached keys, `None` otherwise (one query sees every key).
+pub fn decoder_mask(
+    q_len: usize,
+    offset: usize,
+    window: Option<usize>,
+    device: &Device,
+) -> Result<Option<Tensor>> {
+    let window_hides_keys = window.is_some_and(|w| offset + q_len > w);
+    if q_len > 1 || window_hides_keys {
+        Ok(Some(causal_mask(q_len, offset, window, device)?))
+    } else {
+        Ok(None)
+    }
+}
+
 /// `softmax(q kᵀ · scale + mask) v`.
 ///
 /// `q`: `[batch, heads, q_len, head_dim]`; `k`, `v`: `[batch, kv_heads, kv_len, head_dim]` with
@@ -128,6 +144,17 @@ mod tests {
         let want = reference(&q, &k, &v, 0.3, &mask);
         let diff = (got - want).unwrap().abs().unwrap().max_all().unwrap();
         assert!(diff.to_scalar::<f32>().unwrap() < 1e-6);
+    }
+
+    #[test]
+    fn decoder_mask_only_when_needed() {
+        let dev = Device::Cpu;
+        assert!(decoder_mask(1, 9, None, &dev).unwrap().is_none());
+        assert!(decoder_mask(1, 3, Some(4), &dev).unwrap().is_none());
+        let m = decoder_mask(1, 4, Some(4), &dev).unwrap().unwrap();
+        assert_eq!(m.to_vec2::<f32>().unwrap()[0][0], f32::NEG_INFINITY);
+        let m = decoder_mask(3, 2, None, &dev).unwrap().unwrap();
+        assert_eq!(m.dims(), &[3, 5]);
     }
 
     #[test]

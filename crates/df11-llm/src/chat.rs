@@ -122,7 +122,7 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned("chat", source)?;
+        env.add_template_owned("chat", without_generation_blocks(&source))?;
         Ok(Self {
             env,
             bos_token,
@@ -150,6 +150,40 @@ impl ChatTemplate {
         };
         Ok(template.render(ctx)?)
     }
+}
+
+/// Rewrites transformers' `{% generation %}` … `{% endgeneration %}` blocks (they mark the
+/// assistant's tokens for training masks and render their body unchanged; e.g. Phi-4-reasoning)
+/// as `{% if true %}` … `{% endif %}`, which minijinja knows, keeping whitespace control.
+fn without_generation_blocks(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(start) = rest.find("{%") {
+        out.push_str(&rest[..start]);
+        let tag = &rest[start..];
+        let Some(end) = tag.find("%}") else {
+            break;
+        };
+        let inner = &tag[2..end];
+        let open = inner.strip_prefix(['-', '+']).map_or("", |_| &inner[..1]);
+        let body = &inner[open.len()..];
+        let close = body
+            .strip_suffix(['-', '+'])
+            .map_or("", |_| &body[body.len() - 1..]);
+        let word = body[..body.len() - close.len()].trim();
+        let replacement = match word {
+            "generation" => Some("if true"),
+            "endgeneration" => Some("endif"),
+            _ => None,
+        };
+        match replacement {
+            Some(r) => out.push_str(&format!("{{%{open} {r} {close}%}}")),
+            None => out.push_str(&tag[..end + 2]),
+        }
+        rest = &tag[end + 2..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn raise_exception(message: String) -> std::result::Result<String, Error> {
@@ -245,6 +279,28 @@ mod tests {
         assert_eq!(
             t.render(&[Message::user("a")], false, None).unwrap(),
             "[a]\n"
+        );
+    }
+
+    #[test]
+    fn generation_blocks_render_their_body() {
+        // The shape of Phi-4-reasoning's template.
+        let src = "{% for m in messages %}{% if m.role == 'assistant' %}<a>{% generation %}{{ m.content + '<end>' }}{% endgeneration %}{% else %}<u>{{ m.content }}<end>{% endif %}{% endfor %}{%- generation -%}\n x {%+ endgeneration +%}";
+        let t = ChatTemplate::new(src.into(), String::new(), String::new()).unwrap();
+        let msgs = [
+            Message::user("q"),
+            Message {
+                role: "assistant".into(),
+                content: "r".into(),
+            },
+        ];
+        assert_eq!(
+            t.render(&msgs, false, None).unwrap(),
+            "<u>q<end><a>r<end>x "
+        );
+        assert_eq!(
+            without_generation_blocks("{%- generation %}{{ '%}' }}{%endgeneration-%}{% if x %}"),
+            "{%- if true %}{{ '%}' }}{% endif -%}{% if x %}"
         );
     }
 

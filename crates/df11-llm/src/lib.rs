@@ -31,7 +31,9 @@ pub mod tokenizer;
 
 pub use app::{load, prompt_ids, run, sampling_params, Architecture, LoadOptions, Loaded};
 pub use args::{parse_args, CommonArgs, ComputeDtype};
-pub use attention::{attention, causal_mask, last_position, merge_heads, split_heads};
+pub use attention::{
+    attention, causal_mask, decoder_mask, last_position, merge_heads, split_heads,
+};
 pub use chat::{ChatTemplate, Message};
 pub use config::{GenerationDefaults, ModelConfig, RopeConfig};
 pub use decoder::{DecoderLayer, DecoderSpec, GatedMlp, SelfAttention};

@@ -229,9 +229,24 @@ impl RotaryEmbedding {
 }
 
 /// Applies RoPE to `x` of shape `[batch, heads, seq, head_dim]` with tables from
-/// [`RotaryEmbedding::tables`] (`[seq, head_dim/2]`).
+/// [`RotaryEmbedding::tables`] (`[seq, rotary_dim/2]`). With `rotary_dim < head_dim` (partial
+/// rotary, HF's `partial_rotary_factor`) only the first `rotary_dim` features of each head are
+/// rotated and the rest pass through unchanged.
 pub fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-    Ok(candle_nn::rotary_emb::rope(&x.contiguous()?, cos, sin)?)
+    let head_dim = x.dim(3)?;
+    let rotary_dim = 2 * cos.dim(1)?;
+    if rotary_dim == head_dim {
+        return Ok(candle_nn::rotary_emb::rope(&x.contiguous()?, cos, sin)?);
+    }
+    if rotary_dim > head_dim {
+        return Err(LlmError::Usage(format!(
+            "rotary tables of {rotary_dim} features for heads of {head_dim}"
+        )));
+    }
+    let rotated =
+        candle_nn::rotary_emb::rope(&x.narrow(3, 0, rotary_dim)?.contiguous()?, cos, sin)?;
+    let passed = x.narrow(3, rotary_dim, head_dim - rotary_dim)?;
+    Ok(Tensor::cat(&[&rotated, &passed], 3)?)
 }
 
 #[cfg(test)]
@@ -257,6 +272,22 @@ mod tests {
         assert!(rope.tables(4999, 2).is_err());
         assert!(rope.tables(4999, 1).is_ok());
         assert_eq!(rope.rows(), 5000);
+    }
+
+    #[test]
+    fn partial_rope_rotates_the_first_features_only() {
+        let dev = Device::Cpu;
+        let mut rope = RotaryEmbedding::new(default_inv_freq(100.0, 4), 16, DType::F32, &dev);
+        let (cos, sin) = rope.tables(0, 3).unwrap();
+        let x = Tensor::randn(0f32, 1.0, (1, 2, 3, 6), &dev).unwrap();
+        let got = apply_rope(&x, &cos, &sin).unwrap();
+        let head = apply_rope(&x.narrow(3, 0, 4).unwrap(), &cos, &sin).unwrap();
+        let want = Tensor::cat(&[&head, &x.narrow(3, 4, 2).unwrap()], 3).unwrap();
+        let diff = (got - want).unwrap().abs().unwrap().max_all().unwrap();
+        assert_eq!(diff.to_scalar::<f32>().unwrap(), 0.0);
+        let (cos, sin) = rope.tables(0, 3).unwrap();
+        let narrow = x.narrow(3, 0, 2).unwrap();
+        assert!(apply_rope(&narrow, &cos, &sin).is_err());
     }
 
     fn rope_config(scaling: serde_json::Value) -> RopeConfig {
