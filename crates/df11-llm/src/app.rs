@@ -32,6 +32,9 @@ pub trait Architecture {
     const MODEL_TYPES: &'static [&'static str];
     /// The Hub repo used when none is given.
     const DEFAULT_REPO: &'static str;
+    /// Special tokens that also end generation (e.g. Gemma's `<end_of_turn>`), added to the
+    /// EOS ids of generation_config.json / config.json when the tokenizer has them.
+    const STOP_TOKENS: &'static [&'static str] = &[];
 
     /// Builds the model; `progress` counts layers (set its length first).
     fn load(
@@ -96,7 +99,13 @@ pub fn load<A: Architecture>(opts: &LoadOptions) -> Result<Loaded<A::Model>> {
     }
     let tokenizer = load_tokenizer(&dir)?;
     let chat_template = ChatTemplate::from_dir(&dir)?;
-    let defaults = GenerationDefaults::read(&dir, &config)?;
+    let mut defaults = GenerationDefaults::read(&dir, &config)?;
+    for token in A::STOP_TOKENS {
+        let id = tokenizer.token_to_id(token);
+        if let Some(id) = id.filter(|id| !defaults.eos_token_ids.contains(id)) {
+            defaults.eos_token_ids.push(id);
+        }
+    }
     let format = if opts.bf16 {
         WeightFormat::Dense
     } else {

@@ -24,6 +24,8 @@ pub struct BenchOptions {
     pub device: Device,
     /// Compute dtype.
     pub dtype: DType,
+    /// Sequences decoded together (each gets its own random prompt).
+    pub batch: usize,
     /// Prompt length for the prefill.
     pub prompt_tokens: usize,
     /// Tokens decoded one at a time after the prompt.
@@ -37,17 +39,19 @@ pub struct BenchOptions {
 pub struct BenchResult {
     /// `df11` or `bf16`.
     pub format: String,
+    /// Sequences decoded together.
+    pub batch: usize,
     /// Seconds to load the weights onto the device.
     pub load_s: f64,
     /// Prompt tokens per second of the prefill.
     pub prefill_tok_s: f64,
-    /// Tokens per second while decoding one token at a time (batch 1).
+    /// Tokens per second while decoding one token per sequence per step (all sequences).
     pub decode_tok_s: f64,
-    /// Milliseconds per decoded token.
-    pub decode_ms_per_token: f64,
+    /// Milliseconds per decoding step.
+    pub decode_ms_per_step: f64,
     /// Peak device memory (bytes), when the device reports it.
     pub peak_bytes: Option<u64>,
-    /// The greedy tokens (so the DF11 and BF16 runs can be compared).
+    /// The greedy tokens of the first sequence (so the DF11 and BF16 runs can be compared).
     pub tokens: Vec<u32>,
 }
 
@@ -64,8 +68,12 @@ fn random_ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
-fn argmax(logits: &Tensor) -> Result<u32> {
-    Ok(logits.flatten_all()?.argmax(0)?.to_scalar::<u32>()?)
+/// Greedy next token of each sequence, from `[batch, vocab]` logits.
+fn argmax(logits: &Tensor) -> Result<Vec<u32>> {
+    Ok(logits
+        .argmax(candle_core::D::Minus1)?
+        .flatten_all()?
+        .to_vec1::<u32>()?)
 }
 
 /// Loads the model of architecture `A` from `opts.dir` and measures it.
@@ -86,38 +94,42 @@ pub fn bench_model<A: Architecture>(opts: &BenchOptions) -> Result<BenchResult> 
         .get("vocab_size")
         .or_else(|| json.get("text_config").and_then(|t| t.get("vocab_size")))
         .and_then(serde_json::Value::as_u64)
-        .ok_or_else(|| LlmError::config(loaded.config.path(), "no vocab_size"))? as usize;
+        .ok_or_else(|| LlmError::config(loaded.config.path(), "no vocab_size"))?
+        as usize;
     let model = &mut loaded.model;
-    let prompt = random_ids(opts.prompt_tokens, vocab, opts.seed);
+    let b = opts.batch.max(1);
+    let prompt = random_ids(b * opts.prompt_tokens, vocab, opts.seed);
     model.reserve(opts.prompt_tokens + opts.decode_tokens + 1);
 
     // Warm-up (kernels loaded, allocator primed), then the timed prefill.
-    let ids = Tensor::new(&prompt[..prompt.len().min(16)], &opts.device)?.unsqueeze(0)?;
-    model.forward(&ids, 0)?;
+    let warm = Tensor::new(&prompt[..b * 16.min(opts.prompt_tokens)], &opts.device)?
+        .reshape((b, 16.min(opts.prompt_tokens)))?;
+    model.forward(&warm, 0)?;
     model.reset();
     opts.device.synchronize()?;
-    let ids = Tensor::new(prompt.as_slice(), &opts.device)?.unsqueeze(0)?;
+    let ids = Tensor::new(prompt.as_slice(), &opts.device)?.reshape((b, opts.prompt_tokens))?;
     let t = Instant::now();
     let logits = model.forward(&ids, 0)?;
     let mut next = argmax(&logits)?;
     let prefill_s = t.elapsed().as_secs_f64();
     peak.sample();
 
-    let mut tokens = vec![next];
+    let mut tokens = vec![next[0]];
     let t = Instant::now();
     for i in 0..opts.decode_tokens {
-        let ids = Tensor::new(&[next], &opts.device)?.unsqueeze(0)?;
-        let logits = model.forward(&ids, prompt.len() + i)?;
+        let ids = Tensor::new(next.as_slice(), &opts.device)?.reshape((b, 1))?;
+        let logits = model.forward(&ids, opts.prompt_tokens + i)?;
         next = argmax(&logits)?;
-        tokens.push(next);
+        tokens.push(next[0]);
     }
     let decode_s = t.elapsed().as_secs_f64();
     Ok(BenchResult {
         format: if opts.bf16 { "bf16" } else { "df11" }.into(),
+        batch: b,
         load_s,
         prefill_tok_s: prompt.len() as f64 / prefill_s,
-        decode_tok_s: opts.decode_tokens as f64 / decode_s,
-        decode_ms_per_token: decode_s * 1e3 / opts.decode_tokens.max(1) as f64,
+        decode_tok_s: (b * opts.decode_tokens) as f64 / decode_s,
+        decode_ms_per_step: decode_s * 1e3 / opts.decode_tokens.max(1) as f64,
         peak_bytes: peak.peak(),
         tokens,
     })

@@ -1,9 +1,10 @@
 //! DF11 is lossless: the DF11 model and the BF16-loaded model, run by the same code on the same
 //! device, give bit-identical logits, in f32 and in bf16 compute, at prefill and at decode steps.
+//! The device is the CPU in CI and CUDA in the GPU suite (`common::test_device`).
 
 mod common;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Tensor};
 use common::*;
 use df11_candle::{ModelWeights, WeightFormat};
 use df11_llm::{CausalLm, LoadBar, ModelConfig};
@@ -31,10 +32,13 @@ fn bits(t: &Tensor) -> Vec<u32> {
 /// Logits of the prompt and of three decode steps.
 fn run(model: &mut Qwen3, prompt: &[u32]) -> Vec<Vec<u32>> {
     model.reset();
-    let mut out = vec![bits(&model.forward(&input(prompt), 0).unwrap())];
+    let device = test_device();
+    let mut out = vec![bits(&model.forward(&input_on(prompt, &device), 0).unwrap())];
     for (i, t) in [3u32, 141, 7].into_iter().enumerate() {
         out.push(bits(
-            &model.forward(&input(&[t]), prompt.len() + i).unwrap(),
+            &model
+                .forward(&input_on(&[t], &device), prompt.len() + i)
+                .unwrap(),
         ));
     }
     out
@@ -47,7 +51,7 @@ fn open(name: &str, kind: &str, dtype: DType) -> (Qwen3, ModelWeights) {
     } else {
         WeightFormat::Dense
     };
-    let weights = ModelWeights::open(&dir, format, &Device::Cpu, dtype).unwrap();
+    let weights = ModelWeights::open(&dir, format, &test_device(), dtype).unwrap();
     let cfg = Qwen3Config::from_model_config(&ModelConfig::open(&dir).unwrap()).unwrap();
     let model = Qwen3::load(&cfg, &weights, &LoadBar::hidden()).unwrap();
     (model, weights)

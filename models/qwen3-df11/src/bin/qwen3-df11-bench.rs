@@ -1,7 +1,7 @@
 //! End-to-end speed of a Qwen3 model folder (DF11, or BF16 with --bf16): prefill of a random
 //! prompt, greedy decoding at batch 1, peak device memory. Prints one JSON object.
 //!
-//! `qwen3-df11-bench --model-dir DIR [--bf16] [--prompt-tokens 512] [--decode-tokens 128]`
+//! `qwen3-df11-bench --model-dir DIR [--bf16] [--batch 1] [--prompt-tokens 512] [--decode-tokens 128]`
 
 use clap::Parser;
 use df11_llm::bench::{bench_model, BenchOptions};
@@ -23,7 +23,10 @@ struct Cli {
     /// Compute dtype (default bf16 on CUDA, f32 on CPU).
     #[arg(long, value_enum)]
     dtype: Option<ComputeDtype>,
-    /// Prompt length of the prefill.
+    /// Sequences decoded together.
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// Prompt length of the prefill (per sequence).
     #[arg(long, default_value_t = 512)]
     prompt_tokens: usize,
     /// Tokens decoded after the prompt.
@@ -40,6 +43,7 @@ fn main() -> anyhow::Result<()> {
         bf16: cli.bf16,
         device,
         dtype,
+        batch: cli.batch,
         prompt_tokens: cli.prompt_tokens,
         decode_tokens: cli.decode_tokens,
         seed: 7,

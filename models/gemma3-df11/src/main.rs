@@ -1,0 +1,19 @@
+//! `gemma3-df11`: run a DF11 (or, with --bf16, a plain BF16) Gemma 3 model.
+
+use clap::Parser;
+use df11_llm::{parse_args, Architecture, CommonArgs};
+use gemma3_df11::Gemma3Arch;
+
+/// Gemma 3 with DFloat11-compressed weights (lossless; bit-identical to the BF16 model).
+#[derive(Parser, Debug)]
+#[command(name = "gemma3-df11", version)]
+struct Cli {
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli: Cli = parse_args(Gemma3Arch::DEFAULT_REPO);
+    df11_llm::run::<Gemma3Arch>(&cli.common)?;
+    Ok(())
+}
