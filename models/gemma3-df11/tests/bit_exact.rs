@@ -1,9 +1,10 @@
 //! DF11 is lossless: the DF11 model and the BF16-loaded model, run by the same code on the same
 //! device, give bit-identical logits, in f32 and in bf16 compute, at prefill and at decode steps.
+//! The device is the CPU in CI and CUDA in the GPU suite (`common::test_device`).
 
 mod common;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Tensor};
 use common::*;
 use df11_candle::{ModelWeights, WeightFormat};
 use df11_llm::{CausalLm, LoadBar, ModelConfig};
@@ -31,11 +32,11 @@ fn bits(t: &Tensor) -> Vec<u32> {
 /// Logits of the prompt and of three decode steps (past the sliding window).
 fn run(model: &mut Gemma3, prompt: &[u32]) -> Vec<Vec<u32>> {
     model.reset();
-    let mut out = vec![bits(&model.forward(&input(prompt), 0).unwrap())];
+    let device = test_device();
+    let mut out = vec![bits(&model.forward(&input_on(prompt, &device), 0).unwrap())];
     for (i, t) in [3u32, 141, 7].into_iter().enumerate() {
-        out.push(bits(
-            &model.forward(&input(&[t]), prompt.len() + i).unwrap(),
-        ));
+        let ids = input_on(&[t], &device);
+        out.push(bits(&model.forward(&ids, prompt.len() + i).unwrap()));
     }
     out
 }
@@ -47,7 +48,7 @@ fn open(kind: &str, dtype: DType) -> (Gemma3, ModelWeights) {
     } else {
         WeightFormat::Dense
     };
-    let weights = ModelWeights::open(&dir, format, &Device::Cpu, dtype).unwrap();
+    let weights = ModelWeights::open(&dir, format, &test_device(), dtype).unwrap();
     let cfg = Gemma3Config::from_model_config(&ModelConfig::open(&dir).unwrap()).unwrap();
     let model = Gemma3::load(&cfg, &weights, &LoadBar::hidden()).unwrap();
     (model, weights)

@@ -78,12 +78,27 @@ pub fn load_fixture(kind: &str, dtype: DType) -> Loaded<Gemma3> {
     load_dir(&model_dir(NAME, kind), kind == "bf16", dtype)
 }
 
-/// `[1, seq]` u32 ids.
+/// `[1, seq]` u32 ids on the CPU.
 pub fn input(ids: &[u32]) -> Tensor {
-    Tensor::new(ids, &Device::Cpu)
-        .unwrap()
-        .unsqueeze(0)
-        .unwrap()
+    input_on(ids, &Device::Cpu)
+}
+
+/// `[1, seq]` u32 ids on `device`.
+pub fn input_on(ids: &[u32], device: &Device) -> Tensor {
+    Tensor::new(ids, device).unwrap().unsqueeze(0).unwrap()
+}
+
+/// The device of the device-level tests: CUDA device 0 when built with the `cuda` feature (the
+/// GPU suite), else the CPU. With `cuda` on and no GPU this fails loudly.
+pub fn test_device() -> Device {
+    #[cfg(feature = "cuda")]
+    {
+        Device::new_cuda(0).expect("the cuda feature is on but no CUDA device opened")
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Device::Cpu
+    }
 }
 
 /// Logits `[1, vocab]` → f32 values.
