@@ -8,7 +8,7 @@
 use candle_core::{Device, Module, Tensor};
 use df11_candle::{Embedding, Linear, ModelWeights};
 use df11_llm::{
-    causal_mask, last_position, output_projection, CausalLm, DecoderLayer, LoadBar, Result,
+    decoder_mask, last_position, output_projection, CausalLm, DecoderLayer, LoadBar, Result,
     RmsNorm, RotaryEmbedding,
 };
 
@@ -74,11 +74,7 @@ impl CausalLm for Qwen2 {
         let seq = ids.dim(1)?;
         let mut x = self.embed_tokens.forward(ids)?;
         let (cos, sin) = self.rotary.tables(start_pos, seq)?;
-        let mask = if seq > 1 {
-            Some(causal_mask(seq, start_pos, None, &self.device)?)
-        } else {
-            None
-        };
+        let mask = decoder_mask(seq, start_pos, None, &self.device)?;
         for layer in &mut self.layers {
             x = layer.forward(&x, &cos, &sin, mask.as_ref())?;
         }

@@ -1,9 +1,10 @@
 //! DF11 is lossless: the DF11 model and the BF16-loaded model, run by the same code on the same
 //! device, give bit-identical logits, in f32 and in bf16 compute, at prefill and at decode steps.
+//! The device is the CPU in CI and CUDA in the GPU suite (`common::test_device`).
 
 mod common;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Tensor};
 use common::*;
 use df11_candle::{ModelWeights, WeightFormat};
 use df11_llm::{Architecture, CausalLm, LoadBar, ModelConfig};
@@ -30,11 +31,11 @@ fn bits(t: &Tensor) -> Vec<u32> {
 /// Logits of the prompt and of three decode steps.
 fn run(model: &mut Model, prompt: &[u32]) -> Vec<Vec<u32>> {
     model.reset();
-    let mut out = vec![bits(&model.forward(&input(prompt), 0).unwrap())];
+    let device = test_device();
+    let mut out = vec![bits(&model.forward(&input_on(prompt, &device), 0).unwrap())];
     for (i, t) in [3u32, 141, 7].into_iter().enumerate() {
-        out.push(bits(
-            &model.forward(&input(&[t]), prompt.len() + i).unwrap(),
-        ));
+        let step = model.forward(&input_on(&[t], &device), prompt.len() + i);
+        out.push(bits(&step.unwrap()));
     }
     out
 }
@@ -47,7 +48,7 @@ fn open(name: &str, kind: &str, dtype: DType) -> (Model, ModelWeights) {
     } else {
         WeightFormat::Dense
     };
-    let weights = ModelWeights::open(&dir, format, &Device::Cpu, dtype).unwrap();
+    let weights = ModelWeights::open(&dir, format, &test_device(), dtype).unwrap();
     let config = ModelConfig::open(&dir).unwrap();
     let model = Arch::load(&config, &weights, &LoadBar::hidden()).unwrap();
     (model, weights)
@@ -75,4 +76,28 @@ fn df11_logits_equal_bf16_logits_bit_for_bit() {
             assert!(a[0].iter().collect::<std::collections::HashSet<_>>().len() > 100);
         }
     }
+}
+
+#[test]
+fn tie_is_read_from_the_config() {
+    // The folders keep their lm_head, compressed or plain; with `tie_word_embeddings: true` the
+    // model must use the embedding instead, from the DF11 and the BF16 folder alike.
+    let name = MODELS[0];
+    let prompt = ids(&reference(name)["prompt_ids"]);
+    let tie = |v: &mut serde_json::Value| v["tie_word_embeddings"] = true.into();
+    let df11_dir = copy_with_config(&model_dir(name, "df11"), tie);
+    let bf16_dir = copy_with_config(&model_dir(name, "bf16"), tie);
+    let logits = |dir: &std::path::Path, bf16: bool| {
+        let mut loaded = df11_llm::load::<Arch>(&options(dir, bf16, DType::F32)).unwrap();
+        bits(&loaded.model.forward(&input(&prompt), 0).unwrap())
+    };
+    let tied = logits(df11_dir.path(), false);
+    assert!(
+        tied == logits(bf16_dir.path(), true),
+        "{name}: tied DF11 != tied BF16"
+    );
+    assert!(
+        tied != logits(&model_dir(name, "df11"), false),
+        "{name}: tie ignored"
+    );
 }

@@ -85,12 +85,27 @@ pub fn load_fixture(name: &str, kind: &str, dtype: DType) -> Loaded<Model> {
         .unwrap_or_else(|e| panic!("loading {}: {e}", dir.display()))
 }
 
-/// `[1, seq]` u32 ids.
+/// `[1, seq]` u32 ids on the CPU.
 pub fn input(ids: &[u32]) -> Tensor {
-    Tensor::new(ids, &Device::Cpu)
-        .unwrap()
-        .unsqueeze(0)
-        .unwrap()
+    input_on(ids, &Device::Cpu)
+}
+
+/// `[1, seq]` u32 ids on `device`.
+pub fn input_on(ids: &[u32], device: &Device) -> Tensor {
+    Tensor::new(ids, device).unwrap().unsqueeze(0).unwrap()
+}
+
+/// The device of the device-level tests: CUDA device 0 when built with the `cuda` feature (the
+/// GPU suite), else the CPU. With `cuda` on and no GPU this fails loudly.
+pub fn test_device() -> Device {
+    #[cfg(feature = "cuda")]
+    {
+        Device::new_cuda(0).expect("the cuda feature is on but no CUDA device opened")
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Device::Cpu
+    }
 }
 
 /// The reference greedy tokens that can be compared: up to (excluding) the first step whose
@@ -135,5 +150,19 @@ pub fn legacy_repo() -> tempfile::TempDir {
     )
     .unwrap();
     std::fs::write(tmp.path().join("layer_0.pkl"), b"\x80\x04\x95 pickle").unwrap();
+    tmp
+}
+
+/// A copy of folder `src` whose config.json is changed by `edit`.
+pub fn copy_with_config(src: &Path, edit: impl FnOnce(&mut Value)) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
+    }
+    let path = tmp.path().join("config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut config);
+    std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
     tmp
 }

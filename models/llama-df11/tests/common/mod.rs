@@ -1,0 +1,168 @@
+//! Shared helpers for the Llama tests: fixture paths, reference.json, loading and comparing.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use df11_llm::{load, LoadOptions, Loaded, ModelSource};
+use serde_json::Value;
+
+/// The architecture under test.
+pub type Arch = llama_df11::LlamaArch;
+/// Its model.
+pub type Model = llama_df11::Llama;
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_llama-df11");
+/// The fixtures of this architecture (untied; llama3 RoPE scaling; escaped-dot pattern keys).
+pub const MODELS: [&str; 1] = ["llama-tiny"];
+/// Fixtures of other architectures, with their `architectures` entry.
+pub const OTHERS: [(&str, &str); 2] = [
+    ("qwen2-tiny", "Qwen2ForCausalLM"),
+    ("mistral-nemo-tiny", "MistralForCausalLM"),
+];
+
+/// `tests/fixtures` of the workspace, resolved at run time from `CARGO_MANIFEST_DIR` (falling
+/// back to the compile-time value). Panics when missing: a test must not pass without data.
+pub fn fixtures() -> PathBuf {
+    let manifest = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    let dir = PathBuf::from(manifest).join("../../tests/fixtures");
+    assert!(
+        dir.join("models").is_dir(),
+        "fixtures not found at {}",
+        dir.display()
+    );
+    dir
+}
+
+/// `tests/fixtures/models/<name>/<kind>` (kind: `bf16` or `df11`).
+pub fn model_dir(name: &str, kind: &str) -> PathBuf {
+    let d = fixtures().join("models").join(name).join(kind);
+    assert!(d.is_dir(), "fixture folder missing: {}", d.display());
+    d
+}
+
+/// The fixture's reference.json.
+pub fn reference(name: &str) -> Value {
+    let path = fixtures().join("models").join(name).join("reference.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).expect("reference.json parses")
+}
+
+/// A JSON array of integers.
+pub fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("an array of ids")
+        .iter()
+        .map(|x| x.as_u64().expect("an id") as u32)
+        .collect()
+}
+
+/// A JSON array of numbers.
+pub fn floats(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .expect("an array of numbers")
+        .iter()
+        .map(|x| x.as_f64().expect("a number"))
+        .collect()
+}
+
+/// Options to load `dir` on the CPU.
+pub fn options(dir: &Path, bf16: bool, dtype: DType) -> LoadOptions {
+    LoadOptions {
+        source: ModelSource::Local(dir.to_path_buf()),
+        bf16,
+        device: Device::Cpu,
+        dtype,
+        show_progress: false,
+    }
+}
+
+/// Loads fixture `name`, DF11 (`kind` = `df11`) or BF16 (`bf16`), on the CPU.
+pub fn load_fixture(name: &str, kind: &str, dtype: DType) -> Loaded<Model> {
+    let dir = model_dir(name, kind);
+    load::<Arch>(&options(&dir, kind == "bf16", dtype))
+        .unwrap_or_else(|e| panic!("loading {}: {e}", dir.display()))
+}
+
+/// `[1, seq]` u32 ids on the CPU.
+pub fn input(ids: &[u32]) -> Tensor {
+    input_on(ids, &Device::Cpu)
+}
+
+/// `[1, seq]` u32 ids on `device`.
+pub fn input_on(ids: &[u32], device: &Device) -> Tensor {
+    Tensor::new(ids, device).unwrap().unsqueeze(0).unwrap()
+}
+
+/// The device of the device-level tests: CUDA device 0 when built with the `cuda` feature (the
+/// GPU suite), else the CPU. With `cuda` on and no GPU this fails loudly.
+pub fn test_device() -> Device {
+    #[cfg(feature = "cuda")]
+    {
+        Device::new_cuda(0).expect("the cuda feature is on but no CUDA device opened")
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Device::Cpu
+    }
+}
+
+/// The reference greedy tokens that can be compared: up to (excluding) the first step whose
+/// recorded top-1/top-2 margin is below `min_margin`.
+pub fn comparable_greedy(reference: &Value, min_margin: f64) -> Vec<u32> {
+    let greedy = &reference["greedy"];
+    let tokens = ids(&greedy["tokens"]);
+    let margins = floats(&greedy["margins"]);
+    assert_eq!(tokens.len(), margins.len());
+    let n = margins
+        .iter()
+        .position(|m| *m < min_margin)
+        .unwrap_or(tokens.len());
+    tokens[..n].to_vec()
+}
+
+/// `|got - want| <= 1e-4 + 1e-4 |want|` for every logit.
+pub fn assert_logits_close(name: &str, got: &[f32], want: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{name}: vocabulary size");
+    let mut worst = (0.0f64, 0usize);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let err = (*g as f64 - w).abs();
+        let tol = 1e-4 + 1e-4 * w.abs();
+        assert!(
+            err <= tol,
+            "{name}: logit {i}: got {g}, reference {w} (|diff| {err:e} > {tol:e})"
+        );
+        if err > worst.0 {
+            worst = (err, i);
+        }
+    }
+    eprintln!("{name}: max |diff| {:e} at {}", worst.0, worst.1);
+}
+
+/// A folder shaped like a legacy DFloat11 0.1.0 repo: a config of only `dfloat11_version` and
+/// a pickled layer.
+pub fn legacy_repo() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("config.json"),
+        r#"{"dfloat11_version": "0.1.0"}"#,
+    )
+    .unwrap();
+    std::fs::write(tmp.path().join("layer_0.pkl"), b"\x80\x04\x95 pickle").unwrap();
+    tmp
+}
+
+/// A copy of folder `src` whose config.json is changed by `edit`.
+pub fn copy_with_config(src: &Path, edit: impl FnOnce(&mut Value)) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
+    }
+    let path = tmp.path().join("config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut config);
+    std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+    tmp
+}
