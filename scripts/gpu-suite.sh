@@ -20,7 +20,7 @@ rm -rf "$SUITE" && mkdir -p "$SUITE"
 
 # --all-targets unifies dev-dependency features like `cargo test` does, so candle (and its
 # 30-minute kernel build) is compiled once for both commands.
-PKGS=${GPU_SUITE_PACKAGES:-"-p df11-candle -p df11-cli -p df11-benches"}
+PKGS=${GPU_SUITE_PACKAGES:-"--workspace"}
 # shellcheck disable=SC2086
 cargo build --release $PKGS --features cuda --all-targets --target-dir "$TARGET"
 # shellcheck disable=SC2086
@@ -46,12 +46,15 @@ open(os.path.join(suite, "tests.txt"), "w").write("\n".join(lines) + "\n")
 PY
 rm "$SUITE/build.json"
 cp "$TARGET/release/gpu_bench" "$SUITE/"
+# The end-to-end bench's tools (scripts/gpu-e2e-run.sh uses them).
+cp "$TARGET/release/synth_model" "$TARGET/release/df11" "$TARGET/release/qwen3-df11-bench" "$SUITE/"
 # The binaries share most of their bytes (candle's embedded PTX): one xz stream with a window
 # larger than a binary stores those bytes once (~350 MB -> ~8 MB).
-strip "$SUITE"/*-* "$SUITE/gpu_bench"
+strip "$SUITE"/*-* "$SUITE/gpu_bench" "$SUITE/synth_model" "$SUITE/df11"
 (cd "$SUITE" && find . -maxdepth 1 -type f ! -name '*.txt' -printf '%P\n' | sort > bins.txt \
   && tar cf - -T bins.txt | xz -T1 --lzma2=preset=3,dict=256MiB > bins.tar.xz \
   && xargs rm -f < bins.txt && rm bins.txt)
 cp scripts/gpu-suite-run.sh "$SUITE/run.sh"
+cp scripts/gpu-e2e-run.sh "$SUITE/e2e.sh"
 du -sh "$SUITE"
 echo "now run on the GPU machine: bash $SUITE/run.sh   (device tool, carry [\".gpu\"])"

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# End-to-end Qwen3-8B-shaped bench on the GPU machine, packed by scripts/gpu-suite.sh as
+# .gpu/suite/e2e.sh (run from the repository root after .gpu/suite/run.sh, which unpacks the
+# binaries into /tmp/df11-suite-bin). Generates a BF16
+# model with N(0, 0.02) weights, compresses it with `df11 compress`, verifies it, and runs
+# qwen3-df11-bench on the DF11 and the BF16 folders (separate processes, so each peak is its own).
+set -uo pipefail
+LOG=${OUT:-/tmp/df11-e2e}
+BIN=/tmp/df11-suite-bin
+WORK=${E2E_WORK:-/tmp/df11-e2e-work}
+mkdir -p "$LOG" "$WORK"
+if [ ! -x "$BIN/synth_model" ]; then
+  mkdir -p "$BIN" && xz -dc .gpu/suite/bins.tar.xz | tar xf - -C "$BIN" && chmod +x "$BIN"/*
+fi
+t0=$(date +%s)
+"$BIN/synth_model" --template tests/fixtures/models/qwen3-tiny/bf16 --out "$WORK/bf16" 2> "$LOG/synth.log" || { tail "$LOG/synth.log"; exit 1; }
+t1=$(date +%s)
+"$BIN/df11" compress "$WORK/bf16" "$WORK/df11" 2>/dev/null | tee "$LOG/compress.txt" || exit 1
+t2=$(date +%s)
+"$BIN/df11" verify "$WORK/df11" "$WORK/bf16" 2>/dev/null | tee -a "$LOG/compress.txt" || exit 1
+echo "synth ${t1}-${t0}=$((t1 - t0)) s, compress $((t2 - t1)) s" | tee -a "$LOG/compress.txt"
+du -sh "$WORK/bf16" "$WORK/df11" | tee -a "$LOG/compress.txt"
+: > "$LOG/bench.jsonl"
+for batch in 1 8; do
+  for fmt in df11 bf16; do
+    flag=""; [ "$fmt" = bf16 ] && flag="--bf16"
+    "$BIN/qwen3-df11-bench" --model-dir "$WORK/$fmt" $flag --batch $batch ${BENCH_ARGS:-} \
+      >> "$LOG/bench.jsonl" 2>> "$LOG/bench.err" || { echo "bench $fmt batch $batch failed"; tail -5 "$LOG/bench.err"; }
+  done
+done
+cat "$LOG/bench.jsonl"
