@@ -15,7 +15,7 @@ while read -r name crate; do
   [ -n "$name" ] || continue
   short=${name%-*}
   tlog=$LOG/.test_$short.log
-  if (cd "$crate" && CARGO_MANIFEST_DIR=$PWD "$BIN/$name" --test-threads=1) > "$tlog" 2>&1; then
+  if (cd "$crate" && CARGO_MANIFEST_DIR=$PWD DF11_BIN_DIR=$BIN "$BIN/$name" --test-threads=1) > "$tlog" 2>&1; then
     res=$(grep -E "^test result" "$tlog" | tail -1)
     summary+=("PASS $short: $res")
   else

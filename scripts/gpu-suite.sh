@@ -48,11 +48,17 @@ rm "$SUITE/build.json"
 cp "$TARGET/release/gpu_bench" "$SUITE/"
 # The end-to-end bench's tools (scripts/gpu-e2e-run.sh uses them).
 cp "$TARGET/release/synth_model" "$TARGET/release/df11" "$TARGET/release/qwen3-df11-bench" "$SUITE/"
+# The model binaries, for the models' end-to-end CLI tests (found through DF11_BIN_DIR).
+for m in models/*/; do
+  m=$(basename "$m")
+  cp "$TARGET/release/$m" "$SUITE/"
+  strip "$SUITE/$m"
+done
 # The binaries share most of their bytes (candle's embedded PTX): one xz stream with a window
-# larger than a binary stores those bytes once (~350 MB -> ~8 MB).
+# larger than all of them stores those bytes once (2.5 GB -> ~47 MB; ~10 GB of RAM to pack).
 strip "$SUITE"/*-* "$SUITE/gpu_bench" "$SUITE/synth_model" "$SUITE/df11"
 (cd "$SUITE" && find . -maxdepth 1 -type f ! -name '*.txt' -printf '%P\n' | sort > bins.txt \
-  && tar cf - -T bins.txt | xz -T1 --lzma2=preset=3,dict=256MiB > bins.tar.xz \
+  && tar cf - -T bins.txt | xz -T1 --lzma2=preset=3,dict=1GiB > bins.tar.xz \
   && xargs rm -f < bins.txt && rm bins.txt)
 cp scripts/gpu-suite-run.sh "$SUITE/run.sh"
 cp scripts/gpu-e2e-run.sh "$SUITE/e2e.sh"

@@ -24,22 +24,35 @@ struct Dims {
 }
 
 fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
 }
 
 fn num(args: &[String], name: &str, default: usize) -> anyhow::Result<usize> {
-    arg(args, name).map_or(Ok(default), |v| v.parse().with_context(|| format!("{name} {v}")))
+    arg(args, name).map_or(Ok(default), |v| {
+        v.parse().with_context(|| format!("{name} {v}"))
+    })
 }
 
 fn seed_of(name: &str) -> u64 {
-    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 fn write(path: &Path, tensors: Vec<(String, Vec<usize>, Vec<bf16>)>) -> anyhow::Result<()> {
     let views: Vec<(String, RawTensor<'_>)> = tensors
         .iter()
         .map(|(n, shape, data)| {
-            (n.clone(), RawTensor { dtype: Dtype::BF16, shape, data: bytemuck::cast_slice(data) })
+            (
+                n.clone(),
+                RawTensor {
+                    dtype: Dtype::BF16,
+                    shape,
+                    data: bytemuck::cast_slice(data),
+                },
+            )
         })
         .collect();
     let meta: HashMap<String, String> = [("format".to_string(), "pt".to_string())].into();
@@ -48,7 +61,11 @@ fn write(path: &Path, tensors: Vec<(String, Vec<usize>, Vec<bf16>)>) -> anyhow::
 }
 
 fn matrix(name: &str, rows: usize, cols: usize) -> (String, Vec<usize>, Vec<bf16>) {
-    (name.to_string(), vec![rows, cols], synth::normal_bf16(rows * cols, 0.02, seed_of(name)))
+    (
+        name.to_string(),
+        vec![rows, cols],
+        synth::normal_bf16(rows * cols, 0.02, seed_of(name)),
+    )
 }
 
 fn norm(name: &str, n: usize) -> (String, Vec<usize>, Vec<bf16>) {
@@ -91,7 +108,10 @@ fn main() -> anyhow::Result<()> {
         config[k] = v.into();
     }
     config["tie_word_embeddings"] = false.into();
-    std::fs::write(out.join("config.json"), serde_json::to_string_pretty(&config)?)?;
+    std::fs::write(
+        out.join("config.json"),
+        serde_json::to_string_pretty(&config)?,
+    )?;
 
     let (h, q, kv) = (d.hidden, d.heads * d.head_dim, d.kv_heads * d.head_dim);
     for l in 0..d.layers {
@@ -114,8 +134,17 @@ fn main() -> anyhow::Result<()> {
         )?;
         eprintln!("layer {l} written");
     }
-    write(&out.join("model-embed.safetensors"), vec![matrix("model.embed_tokens.weight", d.vocab, h)])?;
-    write(&out.join("model-head.safetensors"), vec![matrix("lm_head.weight", d.vocab, h), norm("model.norm.weight", h)])?;
+    write(
+        &out.join("model-embed.safetensors"),
+        vec![matrix("model.embed_tokens.weight", d.vocab, h)],
+    )?;
+    write(
+        &out.join("model-head.safetensors"),
+        vec![
+            matrix("lm_head.weight", d.vocab, h),
+            norm("model.norm.weight", h),
+        ],
+    )?;
     eprintln!("wrote {}", out.display());
     Ok(())
 }

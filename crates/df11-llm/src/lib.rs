@@ -26,6 +26,7 @@ pub mod report;
 pub mod rope;
 pub mod sampling;
 pub mod source;
+pub mod testing;
 pub mod tie;
 pub mod tokenizer;
 

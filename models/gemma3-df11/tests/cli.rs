@@ -10,7 +10,10 @@ use common::*;
 use serde_json::Value;
 
 fn gemma3(args: &[&str], envs: &[(&str, &Path)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gemma3-df11"));
+    let mut cmd = Command::new(df11_llm::testing::binary(
+        "gemma3-df11",
+        env!("CARGO_BIN_EXE_gemma3-df11"),
+    ));
     cmd.args(args);
     for (k, v) in envs {
         cmd.env(k, v);

@@ -10,7 +10,7 @@ use common::*;
 use serde_json::Value;
 
 fn run(args: &[&str], envs: &[(&str, &Path)]) -> Output {
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(df11_llm::testing::binary("llama-df11", BIN));
     cmd.args(args).env_remove("HF_HUB_OFFLINE");
     for (k, v) in envs {
         cmd.env(k, v);

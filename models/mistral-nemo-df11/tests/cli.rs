@@ -13,7 +13,10 @@ use serde_json::Value;
 use df11_llm::Architecture;
 
 fn mistral(args: &[&str], envs: &[(&str, &Path)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mistral-nemo-df11"));
+    let mut cmd = Command::new(df11_llm::testing::binary(
+        "mistral-nemo-df11",
+        env!("CARGO_BIN_EXE_mistral-nemo-df11"),
+    ));
     cmd.args(args);
     for (k, v) in envs {
         cmd.env(k, v);

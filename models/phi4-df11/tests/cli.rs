@@ -13,7 +13,10 @@ use serde_json::Value;
 use df11_llm::Architecture;
 
 fn phi4(args: &[&str], envs: &[(&str, &Path)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_phi4-df11"));
+    let mut cmd = Command::new(df11_llm::testing::binary(
+        "phi4-df11",
+        env!("CARGO_BIN_EXE_phi4-df11"),
+    ));
     cmd.args(args);
     for (k, v) in envs {
         cmd.env(k, v);

@@ -10,7 +10,10 @@ use common::*;
 use serde_json::Value;
 
 fn qwen3(args: &[&str], envs: &[(&str, &Path)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_qwen3-df11"));
+    let mut cmd = Command::new(df11_llm::testing::binary(
+        "qwen3-df11",
+        env!("CARGO_BIN_EXE_qwen3-df11"),
+    ));
     cmd.args(args);
     for (k, v) in envs {
         cmd.env(k, v);
