@@ -10,8 +10,17 @@ fn main() -> anyhow::Result<()> {
     let w = synth::normal_bf16(rows * hidden, 0.02, 3);
     let enc = encode_unit(&[bytemuck::cast_slice(&w)]).map_err(|e| anyhow::anyhow!(e.reason))?;
     let layout = UnitLayout::validate(&enc.tensors()).map_err(|d| anyhow::anyhow!("{d}"))?;
-    println!("unit: blocks {} max_block {}", layout.n_blocks, layout.max_block_elements);
-    let g = Df11Group::new("emb", vec!["emb.weight".into()], &enc.tensors(), layout, &dev)?;
+    println!(
+        "unit: blocks {} max_block {}",
+        layout.n_blocks, layout.max_block_elements
+    );
+    let g = Df11Group::new(
+        "emb",
+        vec!["emb.weight".into()],
+        &enc.tensors(),
+        layout,
+        &dev,
+    )?;
     let full: Vec<half::bf16> = g.decode()?.to_vec1()?;
     println!("full decode exact: {}", full == w);
     g.check_status()?;
@@ -22,7 +31,9 @@ fn main() -> anyhow::Result<()> {
         s ^= s >> 7;
         s ^= s << 17;
         let id = (s % rows as u64) as usize;
-        let r: Vec<half::bf16> = g.decode_elements(id * hidden..(id + 1) * hidden)?.to_vec1()?;
+        let r: Vec<half::bf16> = g
+            .decode_elements(id * hidden..(id + 1) * hidden)?
+            .to_vec1()?;
         let ok = r[..] == w[id * hidden..(id + 1) * hidden];
         let st = g.check_status();
         if !ok || st.is_err() {
