@@ -72,6 +72,10 @@
 #define DF11_MIN_BLOCKS 4
 #endif
 
+#ifndef DF11_STAGED            // 0: never stage sign_mantissa in shared memory (direct mode only)
+#define DF11_STAGED 1
+#endif
+
 #define DF11_THREADS 512
 #define DF11_BLOCK_BYTES 4096
 #define DF11_SEG 36            // stage bytes per thread: 9 words (odd), so a warp's same-index stores spread banks
@@ -278,7 +282,7 @@ __device__ __forceinline__ Df11Blk blk_params(const uint32_t* pos, int n_positio
     k.end = min(max(p1, p0), n);
     k.abase = k.base & ~15u;
     k.need = (k.end - k.abase + 15) & ~15u;
-    k.mode = (DF11_HAS_CP_ASYNC && k.need <= third) ? 1 : k.need <= avail ? 2 : 0;
+    k.mode = (DF11_STAGED && DF11_HAS_CP_ASYNC && k.need <= third) ? 1 : k.need <= avail ? 2 : 0;
     if (p1 < p0) err |= DF11_ERR_ARGS, k.mode = 0;
     else if (!k.mode) err |= DF11_ERR_SMEM;
     return k;

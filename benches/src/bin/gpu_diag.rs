@@ -43,5 +43,39 @@ fn main() -> anyhow::Result<()> {
         }
     }
     println!("bad rows: {bad} / 300");
+    // Repeated whole-unit decodes (as an lm_head is decoded at every token), and a matmul with
+    // the decoded weight each time, as Df11Linear does.
+    let x = candle_core::Tensor::randn(0f32, 1.0, (1, hidden), &dev)?
+        .to_dtype(candle_core::DType::BF16)?;
+    let reference = {
+        let wt = candle_core::Tensor::from_slice(&w, (rows, hidden), &dev)?;
+        x.matmul(&wt.t()?)?.flatten_all()?.to_vec1::<half::bf16>()?
+    };
+    let lin =
+        df11_candle::Df11Linear::new(g.clone(), 0, rows, hidden, None, candle_core::DType::BF16)?;
+    let mut bad_full = 0;
+    let mut bad_mm = 0;
+    for i in 0..40 {
+        let d: Vec<half::bf16> = g.decode()?.to_vec1()?;
+        if d != w {
+            bad_full += 1;
+            let first = d.iter().zip(&w).position(|(a, b)| a != b);
+            println!(
+                "full decode {i}: first diff {first:?} status {:?}",
+                g.check_status()
+            );
+        }
+        use candle_core::Module;
+        let y: Vec<half::bf16> = lin.forward(&x)?.flatten_all()?.to_vec1()?;
+        let nan = y.iter().filter(|v| v.is_nan()).count();
+        if y != reference {
+            bad_mm += 1;
+            println!("matmul {i}: differs, {nan} NaN");
+        }
+    }
+    println!(
+        "bad full decodes: {bad_full} / 40, bad matmuls: {bad_mm} / 40, status {:?}",
+        g.check_status()
+    );
     Ok(())
 }
