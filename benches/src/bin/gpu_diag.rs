@@ -1,32 +1,28 @@
-//! Diagnostic: block-range decodes of a large unit (an embedding-sized table) on the GPU compared
-//! with the whole-unit decode, row by row, with the status word checked after each.
+//! Diagnostics on the GPU:
+//! 1. block-range (row) decodes of an embedding-sized unit against the whole-unit decode;
+//! 2. `Df11Linear` (its weight is a view at an arbitrary offset of the decode buffer) against
+//!    `candle_nn::Linear` holding the same weight in its own allocation, at Qwen3-8B layer shapes.
+//!
+//! `cargo run --release -p df11-benches --features cuda --bin gpu_diag`
 
-use candle_core::Device;
-use df11_candle::{encode_unit, synth, Df11Group, UnitLayout};
+use candle_core::{DType, Device, Module, Tensor};
+use df11_candle::{encode_unit, synth, Df11Group, Df11Linear, UnitLayout};
 
-fn main() -> anyhow::Result<()> {
-    let dev = Device::new_cuda(0)?;
+fn rows_check(dev: &Device) -> anyhow::Result<()> {
     let (rows, hidden) = (151_936usize, 4096usize);
     let w = synth::normal_bf16(rows * hidden, 0.02, 3);
     let enc = encode_unit(&[bytemuck::cast_slice(&w)]).map_err(|e| anyhow::anyhow!(e.reason))?;
     let layout = UnitLayout::validate(&enc.tensors()).map_err(|d| anyhow::anyhow!("{d}"))?;
-    println!(
-        "unit: blocks {} max_block {}",
-        layout.n_blocks, layout.max_block_elements
-    );
     let g = Df11Group::new(
         "emb",
         vec!["emb.weight".into()],
         &enc.tensors(),
         layout,
-        &dev,
+        dev,
     )?;
-    let full: Vec<half::bf16> = g.decode()?.to_vec1()?;
-    println!("full decode exact: {}", full == w);
-    g.check_status()?;
     let mut bad = 0;
     let mut s = 12345u64;
-    for i in 0..300 {
+    for _ in 0..100 {
         s ^= s << 13;
         s ^= s >> 7;
         s ^= s << 17;
@@ -34,48 +30,47 @@ fn main() -> anyhow::Result<()> {
         let r: Vec<half::bf16> = g
             .decode_elements(id * hidden..(id + 1) * hidden)?
             .to_vec1()?;
-        let ok = r[..] == w[id * hidden..(id + 1) * hidden];
-        let st = g.check_status();
-        if !ok || st.is_err() {
+        if r[..] != w[id * hidden..(id + 1) * hidden] || g.check_status().is_err() {
             bad += 1;
-            let first = r.iter().zip(&w[id * hidden..]).position(|(a, b)| a != b);
-            println!("row {id} (try {i}): exact {ok} first diff {first:?} status {st:?}");
         }
     }
-    println!("bad rows: {bad} / 300");
-    // Repeated whole-unit decodes (as an lm_head is decoded at every token), and a matmul with
-    // the decoded weight each time, as Df11Linear does.
-    let x = candle_core::Tensor::randn(0f32, 1.0, (1, hidden), &dev)?
-        .to_dtype(candle_core::DType::BF16)?;
-    let reference = {
-        let wt = candle_core::Tensor::from_slice(&w, (rows, hidden), &dev)?;
-        x.matmul(&wt.t()?)?.flatten_all()?.to_vec1::<half::bf16>()?
-    };
-    let lin =
-        df11_candle::Df11Linear::new(g.clone(), 0, rows, hidden, None, candle_core::DType::BF16)?;
-    let mut bad_full = 0;
-    let mut bad_mm = 0;
-    for i in 0..40 {
-        let d: Vec<half::bf16> = g.decode()?.to_vec1()?;
-        if d != w {
-            bad_full += 1;
-            let first = d.iter().zip(&w).position(|(a, b)| a != b);
+    println!("row decodes differing: {bad} / 100");
+    Ok(())
+}
+
+fn linear_check(dev: &Device) -> anyhow::Result<()> {
+    let (w, enc) = df11_benches::qwen3_8b_layer_unit(11);
+    let layout = UnitLayout::validate(&enc.tensors()).map_err(|d| anyhow::anyhow!("{d}"))?;
+    let names: Vec<String> = (0..7).map(|i| format!("m{i}.weight")).collect();
+    let g = Df11Group::new("layer", names, &enc.tensors(), layout, dev)?;
+    let mut at = 0;
+    for (i, &(o, k)) in synth::QWEN3_8B_LAYER.iter().enumerate() {
+        let own = Tensor::from_slice(&w[at..at + o * k], (o, k), dev)?;
+        at += o * k;
+        let dense = candle_nn::Linear::new(own, None);
+        let d11 = Df11Linear::new(g.clone(), i, o, k, None, DType::BF16)?;
+        for batch in [1usize, 8, 64] {
+            let x = Tensor::randn(0f32, 1.0, (1, batch, k), dev)?.to_dtype(DType::BF16)?;
+            let a: Vec<half::bf16> = dense.forward(&x)?.flatten_all()?.to_vec1()?;
+            let b: Vec<half::bf16> = d11.forward(&x)?.flatten_all()?.to_vec1()?;
+            let diff = a
+                .iter()
+                .zip(&b)
+                .filter(|(p, q)| p.to_bits() != q.to_bits())
+                .count();
+            let nan = b.iter().filter(|v| v.is_nan()).count();
             println!(
-                "full decode {i}: first diff {first:?} status {:?}",
-                g.check_status()
+                "member {i} ({o}x{k}) batch {batch}: {diff} of {} outputs differ, {nan} NaN",
+                a.len()
             );
         }
-        use candle_core::Module;
-        let y: Vec<half::bf16> = lin.forward(&x)?.flatten_all()?.to_vec1()?;
-        let nan = y.iter().filter(|v| v.is_nan()).count();
-        if y != reference {
-            bad_mm += 1;
-            println!("matmul {i}: differs, {nan} NaN");
-        }
     }
-    println!(
-        "bad full decodes: {bad_full} / 40, bad matmuls: {bad_mm} / 40, status {:?}",
-        g.check_status()
-    );
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let dev = Device::new_cuda(0)?;
+    linear_check(&dev)?;
+    rows_check(&dev)?;
     Ok(())
 }
