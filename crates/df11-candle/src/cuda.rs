@@ -61,6 +61,10 @@ static POOLS_KEPT: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new
 fn keep_pool_memory(device: &CudaDevice) {
     use candle_core::cuda_backend::cudarc::driver::sys;
     let ordinal = device.cuda_stream().context().ordinal();
+    // DF11_KEEP_POOL=0 leaves the pool as the driver configures it (for diagnosis).
+    if std::env::var("DF11_KEEP_POOL").is_ok_and(|v| v == "0") {
+        return;
+    }
     let mut kept = POOLS_KEPT.lock().expect("pool lock");
     if kept.contains(&ordinal) {
         return;
