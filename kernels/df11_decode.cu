@@ -72,9 +72,9 @@
 #define DF11_MIN_BLOCKS 4
 #endif
 
-#ifndef DF11_STAGED            // 0: never stage sign_mantissa in shared memory (direct mode only)
-#define DF11_STAGED 1
-#endif
+#ifndef DF11_STAGED            // 1: stage sign_mantissa in shared memory (cp.async) for blocks that fit a third of
+#define DF11_STAGED 0          // it. Off: on a Qwen3-8B-shaped model, launches mixing staged and direct blocks gave
+#endif                         // run-to-run different (sometimes NaN) weights; direct-only runs are exact and as fast.
 
 #define DF11_THREADS 512
 #define DF11_BLOCK_BYTES 4096
