@@ -29,3 +29,15 @@ for batch in 1 8; do
   done
 done
 cat "$LOG/bench.jsonl"
+# Lossless means the same greedy tokens: DF11 and BF16 must agree at each batch size.
+python3 - "$LOG/bench.jsonl" <<'PY'
+import json, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+ok = True
+for b in sorted({r["batch"] for r in runs}):
+    t = {r["format"]: r["tokens"] for r in runs if r["batch"] == b}
+    same = t.get("df11") is not None and t.get("df11") == t.get("bf16")
+    ok &= same
+    print(f"batch {b}: DF11 tokens {'==' if same else '!='} BF16 tokens")
+sys.exit(0 if ok else 1)
+PY
