@@ -5,7 +5,7 @@ use std::path::Path;
 use half::bf16;
 use safetensors::Dtype;
 
-use crate::error::{Df11Error, Result};
+use crate::error::Result;
 use crate::model::Df11Model;
 use crate::safetensors_index::SafetensorsIndex;
 
@@ -186,12 +186,4 @@ fn first_difference(tensor: &str, original: &[u8], decoded: &[u16]) -> Option<Di
             expected: u16::from_le_bytes([original[2 * element], original[2 * element + 1]]),
             found: decoded[element],
         })
-}
-
-/// Convenience: `Err` when the report has a difference.
-pub fn verify_ok(report: &VerifyReport) -> Result<()> {
-    match &report.difference {
-        None => Ok(()),
-        Some(d) => Err(Df11Error::Usage(format!("verification failed: {d}"))),
-    }
 }
