@@ -28,7 +28,11 @@ for batch in 1 8; do
       >> "$LOG/bench.jsonl" 2>> "$LOG/bench.err" || { echo "bench $fmt batch $batch failed"; tail -5 "$LOG/bench.err"; }
   done
 done
-cat "$LOG/bench.jsonl"
+# The BF16 model through cuBLAS at every batch size (DF11_MATMUL=decode): the stock-candle-like
+# baseline the fused path is also compared with.
+DF11_MATMUL=decode "$BIN/qwen3-df11-bench" --model-dir "$WORK/bf16" --bf16 --batch 1 ${BENCH_ARGS:-} \
+  > "$LOG/bench_cublas.jsonl" 2>> "$LOG/bench.err" || echo "bench bf16 cublas failed"
+cat "$LOG/bench.jsonl" "$LOG/bench_cublas.jsonl"
 # Lossless means the same greedy tokens: DF11 and BF16 must agree at each batch size.
 python3 - "$LOG/bench.jsonl" <<'PY'
 import json, sys

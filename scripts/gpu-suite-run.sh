@@ -44,6 +44,7 @@ if command -v compute-sanitizer > /dev/null; then
   memcheck modules_exact units_decode
   memcheck device_stress
   memcheck device_damaged
+  memcheck fused_exact odd_shapes
 else
   fail=1
   summary+=("FAIL memcheck: compute-sanitizer not found")

@@ -26,6 +26,7 @@ fn main() {
             .unwrap_or_else(|_| "nvcc".into())
     });
     compile(&nvcc, &cap, &kernels, &out, "df11_decode");
+    compile(&nvcc, &cap, &kernels, &out, "df11_fused");
 }
 
 /// `kernels/<name>.cu` -> `$OUT_DIR/<name>.ptx`.

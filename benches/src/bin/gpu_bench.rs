@@ -1,7 +1,8 @@
 //! GPU bench: the Qwen3-8B-sized layer unit (192,937,984 N(0, 0.02) BF16 weights), built on the
-//! machine that runs it. Prints, in one run: decode time and GB/s of BF16 output, the device copy
-//! bandwidth, the layer's 7 BF16 linears (candle / cuBLAS) at batch 1, 8, 32, 128, 512, the same
-//! with `Df11Linear` (decode + matmul), and the ratios.
+//! machine that runs it. Prints, in one run: the block kernel's and the segment kernel's decode
+//! time and GB/s of BF16 output, the device copy bandwidth, and the layer's 7 linears at batch 1
+//! to 512 four ways: BF16 through cuBLAS, BF16 through the fused kernel's twin, DF11 decode +
+//! cuBLAS, DF11 fused decode + matrix-vector; with the ratios against cuBLAS BF16.
 //!
 //! `cargo run --release -p df11-benches --features cuda --bin gpu_bench [-- --json FILE]`
 
@@ -9,8 +10,7 @@ use std::time::Instant;
 
 use candle_core::{DType, Device, Module, Tensor};
 use df11_benches::qwen3_8b_layer_unit;
-use df11_candle::{synth, Df11Group, Df11Linear, UnitLayout};
-
+use df11_candle::{set_matmul_path, synth, Df11Group, Df11Linear, Linear, MatmulPath, UnitLayout};
 /// Median seconds per call of `f`, over `reps` timed runs of `iters` calls each (after warm-up).
 fn time(dev: &Device, iters: usize, reps: usize, mut f: impl FnMut()) -> f64 {
     for _ in 0..3 {
@@ -50,30 +50,43 @@ fn main() -> anyhow::Result<()> {
         .collect();
     let group = Df11Group::new("layer", members, &enc.tensors(), layout.clone(), &dev)?;
 
-    // Exactness on the GPU before any timing.
+    // Exactness on the GPU before any timing: both decode kernels.
     let decoded = group.decode()?;
     let host: Vec<half::bf16> = decoded.to_vec1()?;
     anyhow::ensure!(
         host == weights,
-        "GPU decode differs from the original weights"
+        "block-kernel decode differs from the original weights"
+    );
+    let seg: Vec<half::bf16> = group.decode_elements(0..n)?.to_vec1()?;
+    anyhow::ensure!(
+        seg == weights,
+        "segment-kernel decode differs from the original weights"
     );
     group.check_status()?;
-    drop(host);
-    eprintln!("GPU decode: bit-exact");
+    drop((host, seg));
+    eprintln!("GPU decode (block and segment kernels): bit-exact");
 
     let out_bytes = 2.0 * n as f64;
     let t_decode = time(&dev, 20, 7, || {
         let _ = group.decode().unwrap();
     });
     let decode_gbs = out_bytes / t_decode / 1e9;
+    let t_seg = time(&dev, 20, 7, || {
+        let _ = group.decode_elements(0..n).unwrap();
+    });
+    let seg_gbs = out_bytes / t_seg / 1e9;
     let t_copy = time(&dev, 20, 7, || {
         let _ = decoded.copy().unwrap();
     });
     let copy_gbs = 2.0 * out_bytes / t_copy / 1e9;
     group.check_status()?;
     println!(
-        "decode: {:.3} ms, {decode_gbs:.0} GB/s of BF16 output",
+        "decode, block kernel: {:.3} ms, {decode_gbs:.0} GB/s of BF16 output",
         t_decode * 1e3
+    );
+    println!(
+        "decode, segment kernel: {:.3} ms, {seg_gbs:.0} GB/s of BF16 output",
+        t_seg * 1e3
     );
     println!(
         "device copy: {:.3} ms for {:.0} MB, {copy_gbs:.0} GB/s (read + write); decode bound ~{:.0} GB/s",
@@ -82,7 +95,8 @@ fn main() -> anyhow::Result<()> {
         copy_gbs * out_bytes / (out_bytes + enc.total_bytes() as f64)
     );
 
-    // The 7 linears, BF16 weights on the device vs Df11Linear.
+    // The 7 linears: BF16 weights on the device (df11_candle::Linear::Dense, which takes the
+    // twin kernel on the fused path) vs Df11Linear.
     let mut dense = Vec::new();
     let mut df11 = Vec::new();
     let mut at = 0;
@@ -92,47 +106,77 @@ fn main() -> anyhow::Result<()> {
             .reshape((o, k))?
             .contiguous()?;
         at += o * k;
-        dense.push(candle_nn::Linear::new(w, None));
+        dense.push(Linear::Dense(candle_nn::Linear::new(w, None)));
         df11.push(Df11Linear::new(group.clone(), i, o, k, None, DType::BF16)?);
     }
     drop(decoded);
+    let run_all = |ls: &dyn Fn(usize, &Tensor) -> candle_core::Result<Tensor>, xs: &[Tensor]| {
+        for (i, x) in xs.iter().enumerate() {
+            let _ = ls(i, x).unwrap();
+        }
+    };
     let mut rows = Vec::new();
-    println!("batch | BF16 linears ms | Df11Linear ms | ratio (BF16 time / DF11 time)");
-    for batch in [1usize, 8, 32, 128, 512] {
+    println!(
+        "batch | cuBLAS BF16 ms | twin BF16 ms | DF11 decode+cuBLAS ms | DF11 fused ms | fused/cuBLAS speed | decode/cuBLAS speed | fused max |diff| vs cuBLAS"
+    );
+    for batch in [1usize, 2, 4, 8, 16, 32, 128, 512] {
         let xs: Vec<Tensor> = synth::QWEN3_8B_LAYER
             .iter()
             .map(|&(_, k)| Tensor::randn(0f32, 1.0, (batch, k), &dev)?.to_dtype(DType::BF16))
             .collect::<candle_core::Result<_>>()?;
-        // Bit-identity at this batch size, then timing.
-        for ((d, f), x) in dense.iter().zip(&df11).zip(&xs) {
-            let a: Vec<half::bf16> = d.forward(x)?.flatten_all()?.to_vec1()?;
-            let b: Vec<half::bf16> = f.forward(x)?.flatten_all()?.to_vec1()?;
-            anyhow::ensure!(a == b, "Df11Linear differs from Linear at batch {batch}");
+        let bf16_fwd = |i: usize, x: &Tensor| dense[i].forward(x);
+        let df11_fwd = |i: usize, x: &Tensor| df11[i].forward(x);
+        // Decode path: Df11Linear == cuBLAS Linear bit for bit.
+        set_matmul_path(MatmulPath::Decode);
+        let mut cublas_out = Vec::new();
+        for (i, x) in xs.iter().enumerate() {
+            let a: Vec<half::bf16> = bf16_fwd(i, x)?.flatten_all()?.to_vec1()?;
+            let b: Vec<half::bf16> = df11_fwd(i, x)?.flatten_all()?.to_vec1()?;
+            anyhow::ensure!(
+                a == b,
+                "decode path: Df11Linear differs from Linear at batch {batch}"
+            );
+            cublas_out.push(a);
         }
-        let t_dense = time(&dev, 20, 7, || {
-            for (l, x) in dense.iter().zip(&xs) {
-                let _ = l.forward(x).unwrap();
+        let t_cublas = time(&dev, 20, 7, || run_all(&bf16_fwd, &xs));
+        let t_decode_path = time(&dev, 10, 7, || run_all(&df11_fwd, &xs));
+        // Fused path: fused DF11 == twin BF16 bit for bit; both close to cuBLAS.
+        set_matmul_path(MatmulPath::Fused);
+        let mut max_diff = 0f32;
+        for (i, x) in xs.iter().enumerate() {
+            let a: Vec<half::bf16> = bf16_fwd(i, x)?.flatten_all()?.to_vec1()?;
+            let b: Vec<half::bf16> = df11_fwd(i, x)?.flatten_all()?.to_vec1()?;
+            anyhow::ensure!(
+                a == b,
+                "fused path: DF11 differs from its BF16 twin at batch {batch}"
+            );
+            for (p, q) in b.iter().zip(&cublas_out[i]) {
+                max_diff = max_diff.max((p.to_f32() - q.to_f32()).abs());
             }
-        });
-        let t_df11 = time(&dev, 10, 7, || {
-            for (l, x) in df11.iter().zip(&xs) {
-                let _ = l.forward(x).unwrap();
-            }
-        });
+        }
+        let t_twin = time(&dev, 20, 7, || run_all(&bf16_fwd, &xs));
+        let t_fused = time(&dev, 20, 7, || run_all(&df11_fwd, &xs));
+        set_matmul_path(MatmulPath::Auto);
         println!(
-            "{batch:>5} | {:>15.3} | {:>13.3} | {:.2}x",
-            t_dense * 1e3,
-            t_df11 * 1e3,
-            t_dense / t_df11
+            "{batch:>5} | {:>14.3} | {:>12.3} | {:>21.3} | {:>13.3} | {:>17.2}x | {:>18.2}x | {max_diff:.4}",
+            t_cublas * 1e3,
+            t_twin * 1e3,
+            t_decode_path * 1e3,
+            t_fused * 1e3,
+            t_cublas / t_fused,
+            t_cublas / t_decode_path,
         );
-        rows.push(
-            serde_json::json!({"batch": batch, "bf16_ms": t_dense * 1e3, "df11_ms": t_df11 * 1e3}),
-        );
+        rows.push(serde_json::json!({
+            "batch": batch, "cublas_bf16_ms": t_cublas * 1e3, "twin_bf16_ms": t_twin * 1e3,
+            "df11_decode_ms": t_decode_path * 1e3, "df11_fused_ms": t_fused * 1e3,
+            "fused_max_abs_diff_vs_cublas": max_diff,
+        }));
     }
     group.check_status()?;
     if let Some(path) = json_out {
         let v = serde_json::json!({
             "weights": n, "decode_ms": t_decode * 1e3, "decode_gbs": decode_gbs,
+            "segment_decode_ms": t_seg * 1e3, "segment_decode_gbs": seg_gbs,
             "copy_gbs": copy_gbs, "linears": rows,
         });
         std::fs::write(path, serde_json::to_string_pretty(&v)?)?;

@@ -6,7 +6,6 @@
 //! [`CudaUnit::check_status`] reads.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::sys::{
@@ -47,9 +46,6 @@ const FLAGS: [(u32, &str); 6] = [
     (32, "bad launch arguments"),
 ];
 
-/// The largest dynamic shared memory the kernel function has been opted in to.
-static SMEM_OPT_IN: AtomicU32 = AtomicU32::new(48 * 1024);
-
 /// Devices whose default memory pool already keeps freed memory.
 static POOLS_KEPT: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
 
@@ -88,6 +84,8 @@ fn keep_pool_memory(device: &CudaDevice) {
 /// A unit's buffers on one CUDA device (`sign_mantissa` is the op's argument tensor).
 pub(crate) struct CudaUnit {
     device: CudaDevice,
+    /// The segment index for the fused and segment kernels (`None`: stream too long for it).
+    segments: Option<crate::fused::SegmentBuffers>,
     luts: CudaSlice<u8>,
     codes: CudaSlice<u8>,
     gaps: CudaSlice<u8>,
@@ -102,15 +100,35 @@ pub(crate) struct CudaUnit {
 impl CudaUnit {
     pub(crate) fn new(
         device: &CudaDevice,
+        name: &str,
         t: &UnitTensors<'_>,
         layout: &UnitLayout,
     ) -> Result<Self> {
         keep_pool_memory(device);
         let luts = device.clone_htod(t.luts)?;
-        let codes = device.clone_htod(t.encoded_exponent)?;
+        // Padded with zero bytes to whole words (plus one): the segment kernels load 32-bit words
+        // without bounds branches. The block kernel is given the true length.
+        let mut padded = Vec::with_capacity(t.encoded_exponent.len() + 8);
+        padded.extend_from_slice(t.encoded_exponent);
+        padded.resize(t.encoded_exponent.len().div_ceil(4) * 4 + 4, 0);
+        let codes = device.clone_htod(&padded)?;
+        drop(padded);
         let gaps = device.clone_htod(t.gaps)?;
         let positions = device.clone_htod(layout.output_positions.as_slice())?;
         let status = std::sync::Mutex::new(device.alloc_zeros::<u32>(1)?);
+        // Built by decoding the unit on the CPU (all cores): this also checks the whole stream.
+        let table = crate::decode::DecodeTable::new(t.luts);
+        let segments =
+            match crate::segments::SegmentIndex::build(t, layout, &table).map_err(|defect| {
+                Df11Error::InvalidUnit {
+                    path: std::path::PathBuf::from(format!("<loaded copy of {name}>")),
+                    unit: name.to_string(),
+                    defect,
+                }
+            })? {
+                Some(index) => Some(crate::fused::SegmentBuffers::new(device, &index)?),
+                None => None,
+            };
         let func = device.get_or_load_custom_func(KERNEL, MODULE, PTX)?;
         let ctx = device.cuda_stream().context().clone();
         let sms = ctx
@@ -129,13 +147,14 @@ impl CudaUnit {
             )));
         }
         let smem = smem as u32;
-        if smem > SMEM_OPT_IN.load(Ordering::Relaxed) {
+        // The attribute belongs to this device's copy of the function (each CudaDevice loads its
+        // own module), so it is set whenever a unit needs it rather than once per process.
+        if smem > 48 * 1024 {
             func.set_attribute(
                 CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 max_smem as i32,
             )
             .w()?;
-            SMEM_OPT_IN.store(max_smem as u32, Ordering::Relaxed);
         }
         let ctas_per_sm = func
             .occupancy_max_active_blocks_per_multiprocessor(THREADS, smem as usize, None)
@@ -143,6 +162,7 @@ impl CudaUnit {
             .max(1);
         Ok(Self {
             device: device.clone(),
+            segments,
             luts,
             codes,
             gaps,
@@ -157,7 +177,23 @@ impl CudaUnit {
 
     /// Device bytes besides `sign_mantissa`.
     pub(crate) fn device_bytes(&self) -> usize {
-        self.luts.len() + self.codes.len() + self.gaps.len() + 4 * self.positions.len()
+        self.luts.len()
+            + self.codes.len()
+            + self.gaps.len()
+            + 4 * self.positions.len()
+            + self.segments.as_ref().map_or(0, |s| s.device_bytes())
+    }
+
+    /// What the segment kernels need, if the unit has a segment index.
+    pub(crate) fn segment_args(&self, layout: &UnitLayout) -> Option<crate::fused::UnitArgs<'_>> {
+        Some(crate::fused::UnitArgs {
+            luts: &self.luts,
+            codes: &self.codes,
+            lut_rows: self.lut_rows,
+            n_words: (self.codes.len() / 4) as u32,
+            n_elements: layout.n_elements,
+            segments: self.segments.as_ref()?,
+        })
     }
 
     /// Decodes `blocks` into a fresh BF16 buffer whose element 0 is unit element

@@ -21,7 +21,7 @@ const FAST_BITS: u32 = 12;
 const MAX_PER_ENTRY: usize = 4;
 
 /// Bits in one block of the bitstream.
-const BLOCK_BITS: u64 = BYTES_PER_BLOCK as u64 * 8;
+pub(crate) const BLOCK_BITS: u64 = BYTES_PER_BLOCK as u64 * 8;
 
 /// The unit's LUTs, plus a 12-bit multi-symbol table derived from them.
 ///
@@ -73,7 +73,7 @@ impl DecodeTable {
 
     /// The LUT walk's `(symbol, length)` for a code at the top of `bits`, if it is the same
     /// whatever the bits past the first `known` are.
-    fn resolve(&self, bits: u32, known: u32) -> Option<(u8, u32)> {
+    pub(crate) fn resolve(&self, bits: u32, known: u32) -> Option<(u8, u32)> {
         let mut row = 0usize;
         for level in 0..4u32 {
             let start = 8 * level;
@@ -105,8 +105,14 @@ impl DecodeTable {
     /// Walks the LUTs for the code at the top of `bits`: `(symbol, length)`, or `None` when
     /// the chain is longer than four levels.
     #[inline]
-    fn walk(&self, bits: u32) -> Option<(u8, u32)> {
+    pub(crate) fn walk(&self, bits: u32) -> Option<(u8, u32)> {
         self.resolve(bits, 32)
+    }
+
+    /// The multi-symbol entry for the next 12 bits at the top of `bits` (packed as `multi`).
+    #[inline(always)]
+    pub(crate) fn multi_entry(&self, bits: u32) -> u64 {
+        self.multi[(bits >> (32 - FAST_BITS)) as usize]
     }
 
     /// Code length of each symbol (0 for symbols the code does not have).
@@ -117,7 +123,7 @@ impl DecodeTable {
 
 /// Reads 64 bits of the stream starting at byte `at`, big-endian, zero past the end.
 #[inline(always)]
-fn load_be64(stream: &[u8], at: usize) -> u64 {
+pub(crate) fn load_be64(stream: &[u8], at: usize) -> u64 {
     match stream.get(at..at + 8) {
         Some(b) => u64::from_be_bytes(b.try_into().unwrap()),
         None => {
@@ -248,7 +254,7 @@ fn check_end(end: u64, layout: &UnitLayout) -> Result<(), UnitDefect> {
 
 /// Reads thread window `w`'s 5-bit gap (MSB-first packed); 0 past the end of `gaps`.
 #[inline(always)]
-fn gap(gaps: &[u8], w: usize) -> u64 {
+pub(crate) fn gap(gaps: &[u8], w: usize) -> u64 {
     let bit = w * 5;
     let hi = gaps.get(bit / 8).copied().unwrap_or(0) as u16;
     let lo = gaps.get(bit / 8 + 1).copied().unwrap_or(0) as u16;

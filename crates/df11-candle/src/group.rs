@@ -85,7 +85,7 @@ impl Df11Group {
                 table: DecodeTable::new(t.luts),
             },
             #[cfg(feature = "cuda")]
-            Device::Cuda(dev) => Store::Cuda(crate::cuda::CudaUnit::new(dev, t, &layout)?),
+            Device::Cuda(dev) => Store::Cuda(crate::cuda::CudaUnit::new(dev, name, t, &layout)?),
             other => {
                 return Err(Df11Error::Usage(format!(
                     "DF11 decoding is implemented for the CPU and CUDA, not {other:?}"
@@ -178,9 +178,69 @@ impl Df11Group {
 
     /// Decodes the blocks covering `elements` and returns exactly those elements (a view).
     pub fn decode_elements(&self, elements: Range<usize>) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if let Store::Cuda(c) = &self.store {
+            if segment_decode_enabled() && c.segment_args(&self.layout).is_some() {
+                if elements.end > self.layout.n_elements || elements.start > elements.end {
+                    return Err(Df11Error::Usage(format!(
+                        "elements {elements:?} outside the {} of `{}`",
+                        self.layout.n_elements, self.name
+                    )));
+                }
+                let op = SegmentDecodeOp {
+                    group: self,
+                    elements,
+                };
+                return Ok(self.sign_mantissa.apply_op1_no_bwd(&op)?);
+            }
+        }
         let blocks = blocks_covering(&self.layout, elements.clone());
         let (t, base) = self.decode_blocks(blocks)?;
         Ok(t.narrow(0, elements.start - base, elements.len())?)
+    }
+
+    /// Whether the member `[.., cols]` at unit element `base` can go through the fused kernel:
+    /// on CUDA with a segment index, `base` and `cols` multiples of 8.
+    pub fn can_fuse(&self, base: usize, cols: usize) -> bool {
+        self.has_segment_index() && base.is_multiple_of(8) && cols.is_multiple_of(8)
+    }
+
+    /// `x2 · Wᵀ` (`x2`: `[nb <= 8, cols]` BF16, contiguous) for the member `[rows, cols]` at unit
+    /// element `base`, through the fused decode + matrix-vector kernel ([`Self::can_fuse`]).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn fused_matmul(
+        &self,
+        x2: &Tensor,
+        base: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Tensor> {
+        let unit = match &self.store {
+            Store::Cuda(c) if self.can_fuse(base, cols) => c.segment_args(&self.layout),
+            _ => None,
+        };
+        let Some(unit) = unit else {
+            return Err(Df11Error::Usage(format!(
+                "`{}`: the fused kernel cannot take this member (base {base}, {cols} columns)",
+                self.name
+            )));
+        };
+        let op = crate::fused::Df11GemvOp {
+            unit,
+            base,
+            rows,
+            cols,
+        };
+        Ok(self.sign_mantissa.apply_op2_no_bwd(x2, &op)?)
+    }
+
+    /// Whether the unit has a segment index on its device (the fused and segment kernels).
+    pub fn has_segment_index(&self) -> bool {
+        match &self.store {
+            Store::Cpu { .. } => false,
+            #[cfg(feature = "cuda")]
+            Store::Cuda(c) => c.segment_args(&self.layout).is_some(),
+        }
     }
 
     /// On CUDA, reads and clears the kernel's error flags (a device sync); Ok on the CPU, whose
@@ -265,5 +325,45 @@ impl CustomOp1 for DecodeOp<'_> {
             candle_core::bail!("df11: unit `{}` is not on CUDA", self.group.name)
         };
         unit.decode(storage, layout, &self.group.layout, self.blocks.clone())
+    }
+}
+
+/// Whether [`Df11Group::decode_elements`] uses the segment kernel on CUDA (the default;
+/// `DF11_DECODE_KERNEL=blocks` selects the block kernel of `kernels/df11_decode.cu`).
+#[cfg(feature = "cuda")]
+fn segment_decode_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| std::env::var("DF11_DECODE_KERNEL").map_or(true, |v| v != "blocks"))
+}
+
+/// The segment kernel's decode of `elements`: argument `sign_mantissa`, result BF16.
+#[cfg(feature = "cuda")]
+struct SegmentDecodeOp<'a> {
+    group: &'a Df11Group,
+    elements: Range<usize>,
+}
+
+#[cfg(feature = "cuda")]
+impl CustomOp1 for SegmentDecodeOp<'_> {
+    fn name(&self) -> &'static str {
+        "df11-decode-segments"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("df11: the segment kernel runs on CUDA only")
+    }
+
+    fn cuda_fwd(
+        &self,
+        storage: &candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let Store::Cuda(unit) = &self.group.store else {
+            candle_core::bail!("df11: unit `{}` is not on CUDA", self.group.name)
+        };
+        let Some(args) = unit.segment_args(&self.group.layout) else {
+            candle_core::bail!("df11: unit `{}` has no segment index", self.group.name)
+        };
+        crate::fused::decode_segments(&args, storage, layout, self.elements.clone())
     }
 }

@@ -135,6 +135,27 @@ impl Df11Linear {
 
 impl Module for Df11Linear {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        // Small batches on CUDA: the fused kernel (compressed) or its BF16 twin (decoded), which
+        // sum in the same order; see `crate::matmul` for when.
+        #[cfg(feature = "cuda")]
+        match &self.weight {
+            Weight::Compressed(s) => {
+                let (rows, cols) = s.shape;
+                let base = s.elements.start;
+                if crate::fused::fused_rows(x, cols).is_some() && s.group.can_fuse(base, cols) {
+                    return crate::fused::apply_rows(x, cols, rows, self.bias.as_ref(), |x2| {
+                        s.group
+                            .fused_matmul(x2, base, rows, cols)
+                            .map_err(candle_core::Error::wrap)
+                    });
+                }
+            }
+            Weight::Decoded(w) => {
+                if let Some(y) = crate::fused::twin_linear(w, self.bias.as_ref(), x)? {
+                    return Ok(y);
+                }
+            }
+        }
         let w = self.weight().map_err(candle_core::Error::wrap)?;
         candle_nn::Linear::new(w, self.bias.clone()).forward(x)
     }

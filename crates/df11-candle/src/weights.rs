@@ -27,7 +27,15 @@ impl Module for Linear {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         match self {
             Self::Df11(l) => l.forward(x),
-            Self::Dense(l) => l.forward(x),
+            Self::Dense(l) => {
+                // Small batches on CUDA: the BF16 twin of the fused DF11 kernel (same summation
+                // order), so a BF16 model and its DF11 copy stay bit-identical.
+                #[cfg(feature = "cuda")]
+                if let Some(y) = crate::fused::twin_linear(l.weight(), l.bias(), x)? {
+                    return Ok(y);
+                }
+                l.forward(x)
+            }
         }
     }
 }

@@ -47,6 +47,19 @@ fn decode_on(device: &Device, t: &UnitTensors<'_>, expected: &[u8]) -> UnitLayou
             "blocks {a}..{b} differ"
         );
     }
+    // Element ranges (on CUDA: the segment kernel), whole and odd-sized.
+    let n = layout.n_elements;
+    for (a, b) in [
+        (0, n),
+        (n / 3, n / 3 + (n / 2).min(5000)),
+        (n.saturating_sub(7), n),
+    ] {
+        let got: Vec<bf16> = g.decode_elements(a..b).unwrap().to_vec1().unwrap();
+        assert!(
+            bytemuck::cast_slice::<bf16, u8>(&got) == &expected[2 * a..2 * b],
+            "elements {a}..{b} differ"
+        );
+    }
     g.check_status().unwrap();
     layout
 }

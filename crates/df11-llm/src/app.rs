@@ -163,6 +163,9 @@ pub fn sampling_params(args: &CommonArgs, defaults: &GenerationDefaults) -> Samp
 /// Runs the program for architecture `A`: streamed text on stdout and a report on stderr, or
 /// one JSON object on stdout with `--json`.
 pub fn run<A: Architecture>(args: &CommonArgs) -> Result<Generation> {
+    if let Some(path) = args.matmul {
+        df11_candle::set_matmul_path(path);
+    }
     let device = select_device(args.cpu)?;
     let dtype = select_dtype(args.dtype, &device);
     let opts = LoadOptions {

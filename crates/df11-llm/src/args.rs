@@ -103,6 +103,13 @@ pub struct CommonArgs {
     /// Print one JSON object (ids, text, timings) on stdout instead of the streamed text.
     #[arg(long)]
     pub json: bool,
+
+    /// How linear layers multiply on CUDA: `fused` (DF11 decode fused into a matrix-vector
+    /// kernel; BF16 weights through its twin, same summation order), `decode` (decode into a BF16
+    /// buffer, then cuBLAS), or `auto` (fused up to the measured crossover batch size).
+    /// [default: $DF11_MATMUL, else auto]
+    #[arg(long)]
+    pub matmul: Option<df11_candle::MatmulPath>,
 }
 
 impl CommonArgs {

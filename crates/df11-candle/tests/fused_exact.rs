@@ -1,0 +1,215 @@
+//! Small-batch products on the test device (the CPU in CI, CUDA in the GPU suite).
+//!
+//! On CUDA, batches of up to 8 rows take the fused DF11 decode + matrix-vector kernel, and dense
+//! BF16 weights its twin: the two must be bit-identical, for every fixture matrix and for shapes
+//! the fixtures lack (members not starting on a 64-element segment, rows spanning three chunks,
+//! 32-bit codes), and both must be within rounding distance of an f64 reference computed here
+//! on the host (so a bug shared by both kernels is caught too). The segment decode kernel must
+//! give the original bytes. On the CPU the same comparisons run through the CPU path.
+
+mod common;
+
+use std::sync::Arc;
+
+use candle_core::{DType, Device, Module, Tensor};
+use df11_candle::{
+    encode_unit, synth, Df11Group, Df11Linear, Df11Model, Linear, ModelWeights, SafetensorsIndex,
+    UnitLayout, WeightFormat,
+};
+use half::bf16;
+use rand::{Rng, SeedableRng};
+
+fn bits(t: &Tensor) -> Vec<u16> {
+    let v: Vec<bf16> = t.flatten_all().unwrap().to_vec1().unwrap();
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Checks `y` (`[batch, rows]`) against an f64 product of the BF16 weight and input: each value
+/// within 1% of the sum of |x·w| (the f32 accumulation and the BF16 rounding of the result are far
+/// inside that; a wrong weight, column or row is far outside it).
+fn check_against_reference(
+    y: &Tensor,
+    x: &[bf16],
+    w: &[bf16],
+    rows: usize,
+    cols: usize,
+    what: &str,
+) {
+    let y: Vec<bf16> = y.flatten_all().unwrap().to_vec1().unwrap();
+    let batch = x.len() / cols;
+    assert_eq!(y.len(), batch * rows, "{what}: output size");
+    for b in 0..batch {
+        for r in 0..rows {
+            let (mut dot, mut mag) = (0f64, 0f64);
+            for c in 0..cols {
+                let p = x[b * cols + c].to_f64() * w[r * cols + c].to_f64();
+                dot += p;
+                mag += p.abs();
+            }
+            let got = y[b * rows + r].to_f64();
+            if !dot.is_finite() || !got.is_finite() {
+                assert_eq!(
+                    dot.is_finite(),
+                    got.is_finite(),
+                    "{what}: [{b}, {r}] finiteness"
+                );
+                continue;
+            }
+            assert!(
+                (got - dot).abs() <= 0.01 * mag + 1e-30,
+                "{what}: [{b}, {r}] = {got}, reference {dot} (sum |x w| {mag})"
+            );
+        }
+    }
+}
+
+fn random_x(rng: &mut impl Rng, batch: usize, cols: usize, device: &Device) -> (Vec<bf16>, Tensor) {
+    let x: Vec<bf16> = (0..batch * cols)
+        .map(|_| bf16::from_f32(rng.gen_range(-1.0f32..1.0)))
+        .collect();
+    let t = Tensor::from_vec(x.clone(), (batch, cols), device).unwrap();
+    (x, t)
+}
+
+#[test]
+fn df11_and_bf16_linears_agree_at_small_batches_on_every_fixture_matrix() {
+    let device = common::device();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
+    for name in common::MODELS {
+        let model = Df11Model::open(common::model_dir(name, "df11")).unwrap();
+        let original = SafetensorsIndex::open_dir(&common::model_dir(name, "bf16")).unwrap();
+        let open = |dir: &str, format| {
+            ModelWeights::open(&common::model_dir(name, dir), format, &device, DType::BF16).unwrap()
+        };
+        let (df11, dense) = (
+            open("df11", WeightFormat::Df11),
+            open("bf16", WeightFormat::Dense),
+        );
+        for weight in model.compressed_weights() {
+            let module = weight.strip_suffix(".weight").unwrap();
+            let t = original.get(weight).unwrap();
+            let (rows, cols) = (t.shape[0], t.shape[1]);
+            let w: &[bf16] = bytemuck::cast_slice(t.data);
+            let has_bias = original.contains(&format!("{module}.bias"));
+            let a = df11.linear(module, rows, cols, has_bias).unwrap();
+            let b = dense.linear(module, rows, cols, has_bias).unwrap();
+            assert!(matches!(a, Linear::Df11(_)) && matches!(b, Linear::Dense(_)));
+            for batch in 1..=9 {
+                let (xh, x) = random_x(&mut rng, batch, cols, &device);
+                let (ya, yb) = (a.forward(&x).unwrap(), b.forward(&x).unwrap());
+                assert!(bits(&ya) == bits(&yb), "{name} {module} batch {batch}");
+                if !has_bias {
+                    check_against_reference(&ya, &xh, w, rows, cols, &format!("{name} {module}"));
+                }
+            }
+        }
+    }
+}
+
+/// A unit of members with the given shapes, N(0, 0.02) weights.
+fn unit_of(shapes: &[(usize, usize)], seed: u64, device: &Device) -> (Vec<bf16>, Arc<Df11Group>) {
+    let n: usize = shapes.iter().map(|(r, c)| r * c).sum();
+    let w = synth::normal_bf16(n, 0.02, seed);
+    let mut members = Vec::new();
+    let mut at = 0;
+    for (r, c) in shapes {
+        members.push(bytemuck::cast_slice::<bf16, u8>(&w[at..at + r * c]));
+        at += r * c;
+    }
+    let enc = encode_unit(&members).unwrap();
+    let t = enc.tensors();
+    let layout = UnitLayout::validate(&t).unwrap();
+    let names = (0..shapes.len()).map(|i| format!("m{i}.weight")).collect();
+    let g = Df11Group::new("synthetic", names, &t, layout, device).unwrap();
+    (w, g)
+}
+
+#[test]
+fn odd_shapes_agree_with_the_twin_and_the_reference() {
+    let device = common::device();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
+    // m1 starts at element 24 (not a segment boundary) and its 4104-column rows start anywhere
+    // in a segment and span three chunks; m2 has 12288 columns (six chunks); m3 is one short row.
+    let shapes = [(3, 8), (37, 4104), (5, 12288), (1, 40)];
+    let (w, g) = unit_of(&shapes, rng.gen(), &device);
+    let mut at = 0;
+    for (i, &(rows, cols)) in shapes.iter().enumerate() {
+        let wm = &w[at..at + rows * cols];
+        // The segment decode kernel (CUDA) / CPU decoder: the original bytes.
+        let got: Vec<bf16> = g
+            .decode_elements(at..at + rows * cols)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert!(got == wm, "member {i}: decode differs");
+        at += rows * cols;
+        let fused = Df11Linear::new(g.clone(), i, rows, cols, None, DType::BF16).unwrap();
+        let twin = fused.clone().decoded().unwrap();
+        for batch in [1, 2, 3, 4, 5, 8, 13] {
+            let (xh, x) = random_x(&mut rng, batch, cols, &device);
+            let (ya, yb) = (fused.forward(&x).unwrap(), twin.forward(&x).unwrap());
+            assert!(
+                bits(&ya) == bits(&yb),
+                "member {i} [{rows}, {cols}] batch {batch}"
+            );
+            check_against_reference(
+                &ya,
+                &xh,
+                wm,
+                rows,
+                cols,
+                &format!("member {i} batch {batch}"),
+            );
+        }
+    }
+    g.check_status().unwrap();
+}
+
+/// Checks decode and fused == twin for the weights `w` seen as a `[_, cols]` matrix.
+fn check_unit(w: &[bf16], cols: usize, rng: &mut impl Rng, device: &Device, what: &str) {
+    let rows = w.len() / cols;
+    let w = &w[..rows * cols];
+    let enc = encode_unit(&[bytemuck::cast_slice(w)]).unwrap();
+    let t = enc.tensors();
+    let layout = UnitLayout::validate(&t).unwrap();
+    let g = Df11Group::new(what, vec![format!("{what}.weight")], &t, layout, device).unwrap();
+    let got: Vec<bf16> = g.decode_elements(0..w.len()).unwrap().to_vec1().unwrap();
+    assert!(
+        bytemuck::cast_slice::<bf16, u16>(&got) == bytemuck::cast_slice::<bf16, u16>(w),
+        "{what}: decode differs"
+    );
+    let fused = Df11Linear::new(g.clone(), 0, rows, cols, None, DType::BF16).unwrap();
+    let twin = fused.clone().decoded().unwrap();
+    for batch in [1, 4, 8] {
+        let (_, x) = random_x(rng, batch, cols, device);
+        let (ya, yb) = (fused.forward(&x).unwrap(), twin.forward(&x).unwrap());
+        assert!(bits(&ya) == bits(&yb), "{what}: batch {batch}");
+    }
+    g.check_status().unwrap();
+}
+
+#[test]
+fn long_and_one_bit_codes_agree_with_the_twin() {
+    let device = common::device();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
+    // Exponents with Fibonacci frequencies: codes up to 32 bits, 4-level LUT chains.
+    let w = synth::fibonacci_exponents(34, rng.gen());
+    check_unit(&w, 8 * 37, &mut rng, &device, "fibonacci");
+    // Nearly all one exponent: 1-bit codes, three symbols per table entry.
+    let w = synth::one_exponent_mostly(150_000, rng.gen());
+    check_unit(&w, 200, &mut rng, &device, "one-exponent");
+}
+
+#[test]
+fn the_fused_path_is_taken_exactly_on_cuda() {
+    let device = common::device();
+    let (_, g) = unit_of(&[(16, 64)], 1, &device);
+    assert_eq!(g.has_segment_index(), device.is_cuda());
+    assert_eq!(g.can_fuse(0, 64), device.is_cuda());
+    assert!(!g.can_fuse(4, 64) && !g.can_fuse(0, 60));
+    assert_eq!(df11_candle::matmul::use_fused(1, &device), device.is_cuda());
+    assert!(!df11_candle::matmul::use_fused(
+        df11_candle::matmul::FUSED_MAX_ROWS + 1,
+        &device
+    ));
+}
