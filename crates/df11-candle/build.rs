@@ -27,6 +27,7 @@ fn main() {
     });
     compile(&nvcc, &cap, &kernels, &out, "df11_decode");
     compile(&nvcc, &cap, &kernels, &out, "df11_fused");
+    compile(&nvcc, &cap, &kernels, &out, "llm_ops");
 }
 
 /// `kernels/<name>.cu` -> `$OUT_DIR/<name>.ptx`.

@@ -106,6 +106,8 @@ pub mod huffman;
 pub mod linear;
 pub mod matmul;
 pub mod model;
+#[cfg(feature = "cuda")]
+pub mod ops;
 pub mod patterns;
 pub mod safetensors_index;
 pub mod segments;

@@ -187,8 +187,10 @@ impl GatedMlp {
 
     /// Applies the MLP.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gate = candle_nn::ops::silu(&self.gate_proj.forward(x)?)?;
+        let gate = self.gate_proj.forward(x)?;
         let up = self.up_proj.forward(x)?;
-        Ok(self.down_proj.forward(&(gate * up)?)?)
+        Ok(self
+            .down_proj
+            .forward(&crate::activation::silu_mul(&gate, &up)?)?)
     }
 }

@@ -8,6 +8,7 @@
 
 #![warn(missing_docs)]
 
+pub mod activation;
 pub mod app;
 pub mod args;
 pub mod attention;

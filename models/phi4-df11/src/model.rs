@@ -9,6 +9,7 @@
 
 use candle_core::{Device, Module, Tensor};
 use df11_candle::{Embedding, Linear, ModelWeights};
+use df11_llm::activation::silu_mul;
 use df11_llm::{
     apply_rope, attention, decoder_mask, default_inv_freq, last_position, merge_heads,
     output_projection, split_heads, CausalLm, KvCache, LoadBar, Result, RmsNorm, RotaryEmbedding,
@@ -226,8 +227,8 @@ impl Mlp {
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let gate_up = self.gate_up_proj.forward(x)?;
-        let gate = candle_nn::ops::silu(&gate_up.narrow(2, 0, self.intermediate)?)?;
+        let gate = gate_up.narrow(2, 0, self.intermediate)?;
         let up = gate_up.narrow(2, self.intermediate, self.intermediate)?;
-        Ok(self.down_proj.forward(&(up * gate)?)?)
+        Ok(self.down_proj.forward(&silu_mul(&gate, &up)?)?)
     }
 }

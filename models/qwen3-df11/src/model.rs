@@ -7,6 +7,7 @@
 
 use candle_core::{Device, Module, Tensor};
 use df11_candle::{Embedding, Linear, ModelWeights};
+use df11_llm::activation::silu_mul;
 use df11_llm::{
     apply_rope, attention, causal_mask, default_inv_freq, last_position, merge_heads,
     output_projection, split_heads, CausalLm, KvCache, LoadBar, Result, RmsNorm, RotaryEmbedding,
@@ -219,9 +220,9 @@ impl Mlp {
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gate = candle_nn::ops::silu(&self.gate_proj.forward(x)?)?;
+        let gate = self.gate_proj.forward(x)?;
         let up = self.up_proj.forward(x)?;
-        Ok(self.down_proj.forward(&(gate * up)?)?)
+        Ok(self.down_proj.forward(&silu_mul(&gate, &up)?)?)
     }
 }
 

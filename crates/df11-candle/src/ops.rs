@@ -1,0 +1,207 @@
+//! Small fused inference ops on CUDA (`kernels/llm_ops.cu`), for the models' forward pass: one
+//! launch where candle's building blocks need several. At batch 1 a decode step is hundreds of
+//! small launches, so their number, not their arithmetic, is what costs.
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::WrapErr;
+use candle_core::{CpuStorage, CudaStorage, CustomOp2, DType, Layout, Shape, Tensor};
+use half::bf16;
+
+const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/llm_ops.ptx"));
+const MODULE: &str = "llm_ops";
+
+/// transformers' RMSNorm of BF16 activations in one launch:
+/// `w * bf16(x * rsqrt(mean(x²) + eps))`, the mean in f32 over the last dimension. `x` and `w`
+/// must be BF16 tensors on one CUDA device, `w` of the last dimension's size.
+pub fn rms_norm_bf16(x: &Tensor, w: &Tensor, eps: f32) -> candle_core::Result<Tensor> {
+    x.contiguous()?
+        .apply_op2_no_bwd(&w.contiguous()?, &RmsNormOp { eps })
+}
+
+/// Attention probabilities from BF16 scores, no mask, in one launch:
+/// `bf16(softmax(f32(bf16(x * scale))))` over the last dimension of a BF16 CUDA tensor.
+pub fn softmax_scaled_bf16(x: &Tensor, scale: f32) -> candle_core::Result<Tensor> {
+    x.contiguous()?.apply_op1_no_bwd(&SoftmaxOp { scale })
+}
+
+/// The gated MLP's activation in one launch: `bf16(bf16(silu(gate)) * up)` (silu in f32) for
+/// BF16 CUDA tensors of one shape.
+pub fn silu_mul_bf16(gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
+    gate.contiguous()?
+        .apply_op2_no_bwd(&up.contiguous()?, &SiluMulOp)
+}
+
+/// A contiguous BF16 view of a CUDA tensor's storage.
+fn view<'a>(
+    s: &'a CudaStorage,
+    l: &Layout,
+    op: &str,
+) -> candle_core::Result<candle_core::cuda_backend::cudarc::driver::CudaView<'a, bf16>> {
+    if s.dtype() != DType::BF16 {
+        candle_core::bail!("{op} takes BF16 tensors");
+    }
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(s.as_cuda_slice::<bf16>()?.slice(a..b)),
+        None => candle_core::bail!("{op} takes contiguous tensors"),
+    }
+}
+
+struct SoftmaxOp {
+    scale: f32,
+}
+
+impl candle_core::CustomOp1 for SoftmaxOp {
+    fn name(&self) -> &'static str {
+        "softmax-scaled-bf16"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("softmax_scaled_bf16 runs on CUDA only")
+    }
+
+    fn cuda_fwd(&self, x: &CudaStorage, l: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
+        let n = *l.shape().dims().last().unwrap_or(&0);
+        let xv = view(x, l, "softmax_scaled_bf16")?;
+        let rows = if n == 0 { 0 } else { xv.len() / n };
+        let dev = x.device().clone();
+        let out = unsafe { dev.alloc::<bf16>(xv.len().max(1)) }?;
+        if rows > 0 {
+            let func = dev.get_or_load_custom_func("softmax_scaled_bf16", MODULE, PTX)?;
+            let cfg = LaunchConfig {
+                grid_dim: (rows as u32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let n_arg = n as i32;
+            let mut b = func.builder();
+            b.arg(&xv);
+            b.arg(&out);
+            b.arg(&n_arg);
+            b.arg(&self.scale);
+            // SAFETY: x and out hold rows * n BF16 values.
+            unsafe { b.launch(cfg) }.w()?;
+        }
+        Ok((CudaStorage::wrap_cuda_slice(out, dev), l.shape().clone()))
+    }
+}
+
+struct SiluMulOp;
+
+impl CustomOp2 for SiluMulOp {
+    fn name(&self) -> &'static str {
+        "silu-mul-bf16"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("silu_mul_bf16 runs on CUDA only")
+    }
+
+    fn cuda_fwd(
+        &self,
+        g: &CudaStorage,
+        g_l: &Layout,
+        u: &CudaStorage,
+        u_l: &Layout,
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
+        if g_l.shape() != u_l.shape() {
+            candle_core::bail!(
+                "silu_mul_bf16: shapes {:?} and {:?}",
+                g_l.shape(),
+                u_l.shape()
+            );
+        }
+        let gv = view(g, g_l, "silu_mul_bf16")?;
+        let uv = view(u, u_l, "silu_mul_bf16")?;
+        let n = gv.len();
+        let dev = g.device().clone();
+        let out = unsafe { dev.alloc::<bf16>(n.max(1)) }?;
+        if n > 0 {
+            let func = dev.get_or_load_custom_func("silu_mul_bf16", MODULE, PTX)?;
+            let cfg = LaunchConfig {
+                grid_dim: (n.div_ceil(256).min(65_535) as u32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let n_arg = n as i64;
+            let mut b = func.builder();
+            b.arg(&gv);
+            b.arg(&uv);
+            b.arg(&out);
+            b.arg(&n_arg);
+            // SAFETY: g, u and out hold n BF16 values.
+            unsafe { b.launch(cfg) }.w()?;
+        }
+        Ok((CudaStorage::wrap_cuda_slice(out, dev), g_l.shape().clone()))
+    }
+}
+
+struct RmsNormOp {
+    eps: f32,
+}
+
+impl CustomOp2 for RmsNormOp {
+    fn name(&self) -> &'static str {
+        "rms-norm-bf16"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("rms_norm_bf16 runs on CUDA only")
+    }
+
+    fn cuda_fwd(
+        &self,
+        x: &CudaStorage,
+        x_l: &Layout,
+        w: &CudaStorage,
+        w_l: &Layout,
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
+        if x.dtype() != DType::BF16 || w.dtype() != DType::BF16 {
+            candle_core::bail!("rms_norm_bf16 takes BF16 tensors");
+        }
+        let n = w_l.shape().elem_count();
+        let dims = x_l.shape().dims();
+        if dims.last() != Some(&n) || n == 0 {
+            candle_core::bail!("rms_norm_bf16: weight of {n} for input {dims:?}");
+        }
+        let (Some((xa, xb)), Some((wa, wb))) = (x_l.contiguous_offsets(), w_l.contiguous_offsets())
+        else {
+            candle_core::bail!("rms_norm_bf16 takes contiguous tensors");
+        };
+        let rows = (xb - xa) / n;
+        let dev = x.device().clone();
+        let xv = x.as_cuda_slice::<bf16>()?.slice(xa..xb);
+        let wv = w.as_cuda_slice::<bf16>()?.slice(wa..wb);
+        let out = unsafe { dev.alloc::<bf16>(rows * n) }?;
+        if rows > 0 {
+            let func = dev.get_or_load_custom_func("rms_norm_bf16", MODULE, PTX)?;
+            let cfg = LaunchConfig {
+                grid_dim: (rows as u32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let n_arg = n as i32;
+            let mut b = func.builder();
+            b.arg(&xv);
+            b.arg(&wv);
+            b.arg(&out);
+            b.arg(&n_arg);
+            b.arg(&self.eps);
+            // SAFETY: x holds rows * n BF16 values, w holds n, out rows * n.
+            unsafe { b.launch(cfg) }.w()?;
+        }
+        Ok((CudaStorage::wrap_cuda_slice(out, dev), x_l.shape().clone()))
+    }
+}
