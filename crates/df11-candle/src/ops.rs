@@ -63,7 +63,7 @@ impl candle_core::CustomOp1 for SoftmaxOp {
     fn cuda_fwd(&self, x: &CudaStorage, l: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
         let n = *l.shape().dims().last().unwrap_or(&0);
         let xv = view(x, l, "softmax_scaled_bf16")?;
-        let rows = if n == 0 { 0 } else { xv.len() / n };
+        let rows = xv.len().checked_div(n).unwrap_or(0);
         let dev = x.device().clone();
         let out = unsafe { dev.alloc::<bf16>(xv.len().max(1)) }?;
         if rows > 0 {
