@@ -41,6 +41,7 @@
 
 #include <stdint.h>
 #include <cuda_bf16.h>
+#include "df11_packed.cuh"
 
 #define FG_WARPS 8
 #define FG_THREADS (32 * FG_WARPS)
@@ -170,6 +171,28 @@ __device__ __forceinline__ FgShared fg_setup(uint8_t* smem, const uint32_t* tabl
     return s;
 }
 
+// PACKED mode: the member's code table (t0: codes 0-3, t1: codes 4-7) expanded to 4096 entries, one per four codes
+// (12 bits), each four exponent bytes; then the partial sums.
+struct FgPacked {
+    const uint32_t* codes;
+    const uint32_t* chunk_escapes;
+    const uint8_t* lane_starts;
+    uint32_t n_chunks;
+    const uint8_t* escapes;
+    uint32_t n_escapes;
+    uint32_t t0, t1;
+};
+
+__device__ __forceinline__ FgShared fg_setup_packed(uint8_t* smem, const FgPacked& pk) {
+    FgShared s;
+    s.tab = reinterpret_cast<uint32_t*>(smem);
+    s.luts = nullptr, s.stage = nullptr, s.exps = nullptr;
+    s.partial = reinterpret_cast<float*>(smem + 16384);
+    for (uint32_t i = threadIdx.x; i < 4096; i += FG_THREADS) s.tab[i] = __byte_perm(pk.t0, pk.t1, fp_spread(i));
+    __syncthreads();
+    return s;
+}
+
 // What a warp needs to know of a chunk (unit elements [j0, j0 + W), W <= 2048: at most 33 segments) before
 // decoding it. Filling it only issues loads; nothing waits for them until the fields are used, so the next
 // chunk's index can be read while this one decodes.
@@ -245,16 +268,113 @@ __device__ __forceinline__ void fg_decode_chunk(const FgShared& s, const FgChunk
     __syncwarp();
 }
 
-// ---- Fused GEMV: y[b, r] = sum_c x[b, c] * W[r, c], W = member at unit element `base` (TWIN: W given dense).
-// A warp takes items warp, warp + 8, ... of each tile its CTA handles. For the DF11 kernel the next item's index
+// What a PACKED item needs first, loaded one item ahead (software pipeline): the lane's codes for its 8 passes and
+// its escape starts in the item's chunk and the next (df11_packed.cuh). Lanes past the item get empty codes.
+struct FpPre {
+    uint32_t v[8];
+    uint32_t a, b;
+};
+
+__device__ __forceinline__ FpPre fp_prefetch(const FgPacked& pk, uint32_t j0, int W) {
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t qb = (j0 >> 3) + lane;
+    const uint32_t* cw = pk.codes + ((3u * qb) >> 2);
+    const uint32_t sh = ((qb & 3u) * 24u) & 31u;
+    FpPre p;
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+        p.v[i] = (int)(8 * lane) + 256 * i < W
+                     ? __funnelshift_r(__ldg(cw + 24 * i), __ldg(cw + 24 * i + 1), sh) & 0xffffffu
+                     : 0u;
+    const uint32_t chunk = qb >> 8, L = qb & 31u;
+    p.a = W > 0 ? fp_lane_start(pk.chunk_escapes, pk.lane_starts, pk.n_chunks, chunk, L) : 0u;
+    p.b = W > 0 && (j0 & 2047u) + (uint32_t)W > 2048u
+              ? fp_lane_start(pk.chunk_escapes, pk.lane_starts, pk.n_chunks, chunk + 1, L)
+              : 0u;
+    return p;
+}
+
+// The x·w products of one item for PACKED exponents, in the order of the summation contract (lane l: columns
+// 8l + 256i, i = 0, 1, ...). With the codes already loaded (p), the lane counts its escapes and fetches its first 8
+// at once (one memory latency per item), then per pass: table lookups, escape patches, BF16 rebuild, FMAs. No lane
+// talks to another. ALIGNED: the item is a whole 2048-element chunk of the unit (j0 % 2048 == 0, W == 2048: the
+// common case), so lane l is the chunk's lane l and pass i its pass i. Otherwise a lane's passes may start
+// mid-chunk (its escapes in earlier passes of that chunk are counted from their codes) and run into the next chunk.
+template <int MAXB, bool ALIGNED, typename XT>
+__device__ __forceinline__ void fp_item(const FgShared& s, const FgPacked& pk, const uint8_t* sign_mantissa,
+                                        const XT* x, int nb, int cols, uint32_t j0, int c0, int W, const FpPre& p,
+                                        float* acc) {
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t qb = (j0 >> 3) + lane;
+    const uint2* smp = reinterpret_cast<const uint2*>(sign_mantissa + j0 + 8 * lane);
+    uint2 sm[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+        sm[i] = ALIGNED || (int)(8 * lane) + 256 * i < W ? __ldg(smp + 32 * i) : make_uint2(0u, 0u);
+    FpLane r;
+    r.a = p.a;
+    r.b = p.b;
+    if (!ALIGNED) {
+        // Escapes of this lane in the earlier passes of its chunk (they belong to the previous item).
+        for (uint32_t k = 1; k <= ((qb >> 5) & 7u); ++k) r.a += __popc(fp_escape_mask(fp_codes8(pk.codes, qb - 32 * k)));
+    }
+    uint32_t na = 0, nb_ = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const uint32_t n = __popc(fp_escape_mask(p.v[i]));
+        if (ALIGNED || ((qb + 32u * i) >> 8) == (qb >> 8)) na += n;
+        else nb_ += n;
+    }
+    r.na = na;
+    const uint32_t total = na + nb_;
+    fp_fetch(r, total, pk.escapes, pk.n_escapes);
+    unsigned long long held = r.held;
+    const XT* xl = x + c0 + 8 * lane;
+    uint32_t t = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        if (!ALIGNED && (int)(8 * lane) + 256 * i >= W) break;   // this lane is past the item
+        uint32_t lo = s.tab[p.v[i] & 0xfffu], hi = s.tab[p.v[i] >> 12];
+        if (total <= 8u) fp_apply_held(p.v[i], held, lo, hi);
+        else fp_apply(r, t, p.v[i], pk.escapes, pk.n_escapes, lo, hi);
+        uint32_t w[4];
+        fg_fuse4(sm[i].x, lo, w[0], w[1]);
+        fg_fuse4(sm[i].y, hi, w[2], w[3]);
+#pragma unroll
+        for (int b = 0; b < MAXB; ++b) {
+            if (b < nb) {
+                float xv[8];
+                fg_load_x(xl + b * cols + 256 * i, xv);
+                float a = acc[b];
+                a = fmaf(fg_lo(w[0]), xv[0], a);
+                a = fmaf(fg_hi(w[0]), xv[1], a);
+                a = fmaf(fg_lo(w[1]), xv[2], a);
+                a = fmaf(fg_hi(w[1]), xv[3], a);
+                a = fmaf(fg_lo(w[2]), xv[4], a);
+                a = fmaf(fg_hi(w[2]), xv[5], a);
+                a = fmaf(fg_lo(w[3]), xv[6], a);
+                a = fmaf(fg_hi(w[3]), xv[7], a);
+                acc[b] = a;
+            }
+        }
+    }
+}
+
+// ---- Fused GEMV: y[b, r] = sum_c x[b, c] * W[r, c], W = member at unit element `base`. SRC says where W comes
+// from: FG_HUFF (Huffman stream + segment index), FG_PACKED (packed exponents) or FG_DENSE (BF16 weights: the twin).
+// A warp takes items warp, warp + 8, ... of each tile its CTA handles. For the Huffman source the next item's index
 // is read and its codes copied to the stage while the current item decodes and multiplies (software pipeline).
-template <int MAXB, bool TWIN, typename XT>
+#define FG_HUFF 0
+#define FG_PACKED 1
+#define FG_DENSE 2
+template <int MAXB, int SRC, typename XT>
 __device__ __forceinline__ void fg_gemv(const uint32_t* table, const uint8_t* luts, int K, const uint32_t* codes,
                                         uint32_t n_words, const uint32_t* seg_base, const uint16_t* seg_delta,
-                                        const uint8_t* sign_mantissa, long long n_elements,
+                                        const FgPacked& pk, const uint8_t* sign_mantissa, long long n_elements,
                                         const uint16_t* wdense, const XT* x, XT* y, int nb, int rows, int cols,
                                         long long base, int tile_rows, int chunk_width) {
-    const FgShared s = fg_setup(fg_smem(), table, luts, K, TWIN);
+    constexpr bool TWIN = SRC == FG_DENSE, HUFF = SRC == FG_HUFF, PACKED = SRC == FG_PACKED;
+    const FgShared s = PACKED ? fg_setup_packed(fg_smem(), pk) : fg_setup(fg_smem(), table, luts, K, TWIN);
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int nchunks = (cols + chunk_width - 1) / chunk_width;
     const int items = tile_rows * nchunks;
@@ -266,7 +386,13 @@ __device__ __forceinline__ void fg_gemv(const uint32_t* table, const uint8_t* lu
         j0 = base + (long long)r * cols + (long long)k * chunk_width;
     };
     FgChunk cur = {};
-    if (!TWIN) {
+    FpPre pcur = {};
+    if (PACKED) {
+        long long j0, W;
+        locate(blockIdx.x, warp, j0, W);
+        pcur = fp_prefetch(pk, (uint32_t)j0, (int)W);
+    }
+    if (HUFF) {
         long long j0, W;
         locate(blockIdx.x, warp, j0, W);
         if (W > 0) {
@@ -290,20 +416,29 @@ __device__ __forceinline__ void fg_gemv(const uint32_t* table, const uint8_t* lu
             if (!TWIN) {
                 if (item + FG_WARPS < items) locate(tile, item + FG_WARPS, nj0, nW);
                 else locate(tile + gridDim.x, warp, nj0, nW);
-                if (nW > 0) nxt = fg_chunk_index(nj0, nW, seg_base, seg_delta);
+                if (HUFF && nW > 0) nxt = fg_chunk_index(nj0, nW, seg_base, seg_delta);
             }
+            FpPre pnxt = {};
+            if (PACKED) pnxt = fp_prefetch(pk, (uint32_t)nj0, (int)nW);
             if (W > 0) {
-                constexpr int PRE = TWIN ? 1 : MAXB <= 2 ? 8 : 1;   // sign_mantissa loads issued before the decode
+                constexpr int PRE = HUFF && MAXB <= 2 ? 8 : 1;   // sign_mantissa loads issued before the decode
                 uint2 smv[PRE];
-                if (!TWIN && PRE == 8) {
+                if (PRE == 8) {
 #pragma unroll
                     for (int i = 0; i < PRE; ++i)
                         if (8 * lane + 256 * i < W)
                             smv[i] = __ldg(reinterpret_cast<const uint2*>(sign_mantissa + j0 + 8 * lane + 256 * i));
                 }
-                if (!TWIN) {
+                if (HUFF) {
                     fg_decode_chunk(s, cur, codes, n_words, seg_base, seg_delta, n_elements, K);
                     if (nW > 0) fg_stage_issue(s, nxt, codes, n_words);  // the stage is free again
+                }
+                if (PACKED) {
+                    if (W == 2048 && (j0 & 2047) == 0)
+                        fp_item<MAXB, true>(s, pk, sign_mantissa, x, nb, cols, (uint32_t)j0, (int)c0, 2048, pcur, acc);
+                    else
+                        fp_item<MAXB, false>(s, pk, sign_mantissa, x, nb, cols, (uint32_t)j0, (int)c0, (int)W, pcur,
+                                             acc);
                 }
                 const long long s0 = cur.s0;
                 // Loads in flight, no spills; fully unrolled where smv is used (constant indices: registers).
@@ -311,7 +446,7 @@ __device__ __forceinline__ void fg_gemv(const uint32_t* table, const uint8_t* lu
 #pragma unroll UNROLL
                 for (int i = 0; i < 8; ++i) {
                     const long long e = 8 * lane + 256 * i;
-                    if (e >= W) break;
+                    if (PACKED || e >= W) break;                // PACKED: fp_item below
                     uint32_t w[4];
                     if (TWIN) {
                         const uint4 q = __ldg(reinterpret_cast<const uint4*>(wdense + (long long)r * cols + c0 + e));
@@ -343,10 +478,11 @@ __device__ __forceinline__ void fg_gemv(const uint32_t* table, const uint8_t* lu
                     }
                 }
                 __syncwarp();                                   // exps are rewritten by the next item
-            } else if (!TWIN && nW > 0) {
+            } else if (HUFF && nW > 0) {
                 fg_stage_issue(s, nxt, codes, n_words);
             }
             cur = nxt;
+            pcur = pnxt;
 #pragma unroll
             for (int b = 0; b < MAXB; ++b) {
                 float a = acc[b];
@@ -374,15 +510,30 @@ __device__ __forceinline__ void fg_gemv(const uint32_t* table, const uint8_t* lu
         const XT *x, XT *y, int nb, int rows, int cols, long long base, int tile_rows, int chunk_width
 #define FG_TWIN_ARGS(XT)                                                                                        \
     const uint16_t *w, const XT *x, XT *y, int nb, int rows, int cols, int tile_rows, int chunk_width
+// The packed kernel keeps a whole item's codes and sign_mantissa in registers: 3 CTAs per SM (85 registers).
+#define FG_PACKED_MIN_CTAS 3
+#define FG_PACKED_ARGS(XT)                                                                                      \
+    const uint32_t *codes, const uint32_t *chunk_escapes, const uint8_t *lane_starts, uint32_t n_chunks,       \
+        const uint8_t *escapes, uint32_t n_escapes, uint32_t t0, uint32_t t1, const uint8_t *sign_mantissa,   \
+        long long n_elements, const XT *x, XT *y, int nb, int rows, int cols, long long base, int tile_rows,   \
+        int chunk_width
 
 #define FG_INSTANTIATE(MAXB, XT, SUFFIX)                                                                      \
     extern "C" __global__ void __launch_bounds__(FG_THREADS, 4) df11_gemv_##SUFFIX##_##MAXB(FG_GEMV_ARGS(XT)) {  \
-        fg_gemv<MAXB, false, XT>(table, luts, K, codes, n_words, seg_base, seg_delta, sign_mantissa,          \
-                                 n_elements, nullptr, x, y, nb, rows, cols, base, tile_rows, chunk_width);    \
+        const FgPacked pk = {};                                                                               \
+        fg_gemv<MAXB, FG_HUFF, XT>(table, luts, K, codes, n_words, seg_base, seg_delta, pk, sign_mantissa,    \
+                                   n_elements, nullptr, x, y, nb, rows, cols, base, tile_rows, chunk_width);  \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(FG_THREADS, FG_PACKED_MIN_CTAS)                              \
+        df11_gemv_packed_##SUFFIX##_##MAXB(FG_PACKED_ARGS(XT)) {                                              \
+        const FgPacked pk = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, t0, t1};                              \
+        fg_gemv<MAXB, FG_PACKED, XT>(nullptr, nullptr, 2, nullptr, 0, nullptr, nullptr, pk, sign_mantissa,    \
+                                     n_elements, nullptr, x, y, nb, rows, cols, base, tile_rows, chunk_width); \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(FG_THREADS, 4) bf16_gemv_##SUFFIX##_##MAXB(FG_TWIN_ARGS(XT)) {  \
-        fg_gemv<MAXB, true, XT>(nullptr, nullptr, 2, nullptr, 0, nullptr, nullptr, nullptr, 0, w, x, y, nb,   \
-                                rows, cols, 0, tile_rows, chunk_width);                                       \
+        const FgPacked pk = {};                                                                               \
+        fg_gemv<MAXB, FG_DENSE, XT>(nullptr, nullptr, 2, nullptr, 0, nullptr, nullptr, pk, nullptr, 0, w, x,  \
+                                    y, nb, rows, cols, 0, tile_rows, chunk_width);                            \
     }
 
 FG_INSTANTIATE(1, __nv_bfloat16, bf16)

@@ -27,7 +27,12 @@ fn main() {
     });
     compile(&nvcc, &cap, &kernels, &out, "df11_decode");
     compile(&nvcc, &cap, &kernels, &out, "df11_fused");
+    compile(&nvcc, &cap, &kernels, &out, "df11_packed");
     compile(&nvcc, &cap, &kernels, &out, "llm_ops");
+    println!(
+        "cargo:rerun-if-changed={}",
+        kernels.join("df11_packed.cuh").display()
+    );
 }
 
 /// `kernels/<name>.cu` -> `$OUT_DIR/<name>.ptx`.

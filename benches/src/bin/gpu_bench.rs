@@ -10,7 +10,9 @@ use std::time::Instant;
 
 use candle_core::{DType, Device, Module, Tensor};
 use df11_benches::qwen3_8b_layer_unit;
-use df11_candle::{set_matmul_path, synth, Df11Group, Df11Linear, Linear, MatmulPath, UnitLayout};
+use df11_candle::{
+    set_matmul_path, synth, Df11Group, Df11Linear, ExponentForm, Linear, MatmulPath, UnitLayout,
+};
 /// Median seconds per call of `f`, over `reps` timed runs of `iters` calls each (after warm-up).
 fn time(dev: &Device, iters: usize, reps: usize, mut f: impl FnMut()) -> f64 {
     for _ in 0..3 {
@@ -48,7 +50,29 @@ fn main() -> anyhow::Result<()> {
         .iter()
         .map(|m| format!("layer.{m}.weight"))
         .collect();
-    let group = Df11Group::new("layer", members, &enc.tensors(), layout.clone(), &dev)?;
+    let load = |form| {
+        let t = Instant::now();
+        let g = Df11Group::new_with_form(
+            "layer",
+            members.clone(),
+            &enc.tensors(),
+            layout.clone(),
+            &dev,
+            form,
+        );
+        (g, t.elapsed().as_secs_f64())
+    };
+    let (group, huffman_load_s) = load(ExponentForm::Huffman);
+    let (packed, packed_load_s) = load(ExponentForm::Packed);
+    let (group, packed) = (group?, packed?);
+    anyhow::ensure!(packed.is_packed(), "the packed unit is not packed");
+    let bits = |g: &Df11Group| 8.0 * g.device_bytes() as f64 / n as f64;
+    println!(
+        "device memory: Huffman + segment index {:.3} bits/weight (loaded in {huffman_load_s:.1} s), \
+         packed {:.3} bits/weight (loaded in {packed_load_s:.1} s); BF16 16",
+        bits(&group),
+        bits(&packed)
+    );
 
     // Exactness on the GPU before any timing: both decode kernels.
     let decoded = group.decode()?;
@@ -62,9 +86,14 @@ fn main() -> anyhow::Result<()> {
         seg == weights,
         "segment-kernel decode differs from the original weights"
     );
+    let pk: Vec<half::bf16> = packed.decode_elements(0..n)?.to_vec1()?;
+    anyhow::ensure!(
+        pk == weights,
+        "packed decode differs from the original weights"
+    );
     group.check_status()?;
-    drop((host, seg));
-    eprintln!("GPU decode (block and segment kernels): bit-exact");
+    drop((host, seg, pk));
+    eprintln!("GPU decode (block, segment and packed kernels): bit-exact");
 
     let out_bytes = 2.0 * n as f64;
     let t_decode = time(&dev, 20, 7, || {
@@ -75,6 +104,10 @@ fn main() -> anyhow::Result<()> {
         let _ = group.decode_elements(0..n).unwrap();
     });
     let seg_gbs = out_bytes / t_seg / 1e9;
+    let t_packed = time(&dev, 20, 7, || {
+        let _ = packed.decode_elements(0..n).unwrap();
+    });
+    let packed_gbs = out_bytes / t_packed / 1e9;
     let t_copy = time(&dev, 20, 7, || {
         let _ = decoded.copy().unwrap();
     });
@@ -89,6 +122,10 @@ fn main() -> anyhow::Result<()> {
         t_seg * 1e3
     );
     println!(
+        "decode, packed kernel: {:.3} ms, {packed_gbs:.0} GB/s of BF16 output",
+        t_packed * 1e3
+    );
+    println!(
         "device copy: {:.3} ms for {:.0} MB, {copy_gbs:.0} GB/s (read + write); decode bound ~{:.0} GB/s",
         t_copy * 1e3,
         out_bytes / 1e6,
@@ -99,6 +136,7 @@ fn main() -> anyhow::Result<()> {
     // twin kernel on the fused path) vs Df11Linear.
     let mut dense = Vec::new();
     let mut df11 = Vec::new();
+    let mut df11p = Vec::new();
     let mut at = 0;
     for (i, &(o, k)) in synth::QWEN3_8B_LAYER.iter().enumerate() {
         let w = decoded
@@ -108,6 +146,7 @@ fn main() -> anyhow::Result<()> {
         at += o * k;
         dense.push(Linear::Dense(candle_nn::Linear::new(w, None)));
         df11.push(Df11Linear::new(group.clone(), i, o, k, None, DType::BF16)?);
+        df11p.push(Df11Linear::new(packed.clone(), i, o, k, None, DType::BF16)?);
     }
     drop(decoded);
     let run_all = |ls: &dyn Fn(usize, &Tensor) -> candle_core::Result<Tensor>, xs: &[Tensor]| {
@@ -117,7 +156,7 @@ fn main() -> anyhow::Result<()> {
     };
     let mut rows = Vec::new();
     println!(
-        "batch | cuBLAS BF16 ms | twin BF16 ms | DF11 decode+cuBLAS ms | DF11 fused ms | fused/cuBLAS speed | decode/cuBLAS speed | fused max |diff| vs cuBLAS"
+        "batch | cuBLAS BF16 ms | twin BF16 ms | DF11 decode+cuBLAS ms (Huffman / packed) | DF11 fused ms (Huffman / packed) | packed fused/cuBLAS speed | fused max |diff| vs cuBLAS"
     );
     for batch in [1usize, 2, 4, 8, 16, 32, 128, 512] {
         let xs: Vec<Tensor> = synth::QWEN3_8B_LAYER
@@ -126,28 +165,32 @@ fn main() -> anyhow::Result<()> {
             .collect::<candle_core::Result<_>>()?;
         let bf16_fwd = |i: usize, x: &Tensor| dense[i].forward(x);
         let df11_fwd = |i: usize, x: &Tensor| df11[i].forward(x);
+        let packed_fwd = |i: usize, x: &Tensor| df11p[i].forward(x);
         // Decode path: Df11Linear == cuBLAS Linear bit for bit.
         set_matmul_path(MatmulPath::Decode);
         let mut cublas_out = Vec::new();
         for (i, x) in xs.iter().enumerate() {
             let a: Vec<half::bf16> = bf16_fwd(i, x)?.flatten_all()?.to_vec1()?;
             let b: Vec<half::bf16> = df11_fwd(i, x)?.flatten_all()?.to_vec1()?;
+            let c: Vec<half::bf16> = packed_fwd(i, x)?.flatten_all()?.to_vec1()?;
             anyhow::ensure!(
-                a == b,
+                a == b && a == c,
                 "decode path: Df11Linear differs from Linear at batch {batch}"
             );
             cublas_out.push(a);
         }
         let t_cublas = time(&dev, 20, 7, || run_all(&bf16_fwd, &xs));
         let t_decode_path = time(&dev, 10, 7, || run_all(&df11_fwd, &xs));
+        let t_packed_decode = time(&dev, 10, 7, || run_all(&packed_fwd, &xs));
         // Fused path: fused DF11 == twin BF16 bit for bit; both close to cuBLAS.
         set_matmul_path(MatmulPath::Fused);
         let mut max_diff = 0f32;
         for (i, x) in xs.iter().enumerate() {
             let a: Vec<half::bf16> = bf16_fwd(i, x)?.flatten_all()?.to_vec1()?;
             let b: Vec<half::bf16> = df11_fwd(i, x)?.flatten_all()?.to_vec1()?;
+            let c: Vec<half::bf16> = packed_fwd(i, x)?.flatten_all()?.to_vec1()?;
             anyhow::ensure!(
-                a == b,
+                a == b && a == c,
                 "fused path: DF11 differs from its BF16 twin at batch {batch}"
             );
             for (p, q) in b.iter().zip(&cublas_out[i]) {
@@ -156,19 +199,22 @@ fn main() -> anyhow::Result<()> {
         }
         let t_twin = time(&dev, 20, 7, || run_all(&bf16_fwd, &xs));
         let t_fused = time(&dev, 20, 7, || run_all(&df11_fwd, &xs));
+        let t_packed_fused = time(&dev, 20, 7, || run_all(&packed_fwd, &xs));
         set_matmul_path(MatmulPath::Auto);
         println!(
-            "{batch:>5} | {:>14.3} | {:>12.3} | {:>21.3} | {:>13.3} | {:>17.2}x | {:>18.2}x | {max_diff:.4}",
+            "{batch:>5} | {:>14.3} | {:>12.3} | {:>19.3} / {:.3} | {:>19.3} / {:.3} | {:>24.2}x | {max_diff:.4}",
             t_cublas * 1e3,
             t_twin * 1e3,
             t_decode_path * 1e3,
+            t_packed_decode * 1e3,
             t_fused * 1e3,
-            t_cublas / t_fused,
-            t_cublas / t_decode_path,
+            t_packed_fused * 1e3,
+            t_cublas / t_packed_fused,
         );
         rows.push(serde_json::json!({
             "batch": batch, "cublas_bf16_ms": t_cublas * 1e3, "twin_bf16_ms": t_twin * 1e3,
             "df11_decode_ms": t_decode_path * 1e3, "df11_fused_ms": t_fused * 1e3,
+            "packed_decode_ms": t_packed_decode * 1e3, "packed_fused_ms": t_packed_fused * 1e3,
             "fused_max_abs_diff_vs_cublas": max_diff,
         }));
     }
@@ -177,6 +223,8 @@ fn main() -> anyhow::Result<()> {
         let v = serde_json::json!({
             "weights": n, "decode_ms": t_decode * 1e3, "decode_gbs": decode_gbs,
             "segment_decode_ms": t_seg * 1e3, "segment_decode_gbs": seg_gbs,
+            "packed_decode_ms": t_packed * 1e3, "packed_decode_gbs": packed_gbs,
+            "huffman_bits_per_weight": bits(&group), "packed_bits_per_weight": bits(&packed),
             "copy_gbs": copy_gbs, "linears": rows,
         });
         std::fs::write(path, serde_json::to_string_pretty(&v)?)?;

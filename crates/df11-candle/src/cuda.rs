@@ -18,6 +18,7 @@ use half::bf16;
 
 use crate::decode::{block_elements, decode_base};
 use crate::error::{Df11Error, Result, UnitDefect};
+use crate::packed::{unit_exponents, ExponentForm, PackedExponents};
 use crate::unit::{UnitLayout, UnitTensors};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_decode.ptx"));
@@ -81,9 +82,21 @@ fn keep_pool_memory(device: &CudaDevice) {
     }
 }
 
-/// A unit's buffers on one CUDA device (`sign_mantissa` is the op's argument tensor).
+/// A unit's exponents on one CUDA device (`sign_mantissa` is the op's argument tensor).
 pub(crate) struct CudaUnit {
     device: CudaDevice,
+    exponents: Exponents,
+}
+
+/// The two device forms of a unit's exponents.
+enum Exponents {
+    /// The DF11 stream as in the file, for the block kernel, plus the segment index.
+    Huffman(HuffmanBuffers),
+    /// Re-packed at load (`crate::packed`): no Huffman stream on the device.
+    Packed(crate::packed_ops::PackedBuffers),
+}
+
+struct HuffmanBuffers {
     /// The segment index for the fused and segment kernels (`None`: stream too long for it).
     segments: Option<crate::fused::SegmentBuffers>,
     luts: CudaSlice<u8>,
@@ -98,13 +111,35 @@ pub(crate) struct CudaUnit {
 }
 
 impl CudaUnit {
+    /// Puts a unit's exponents on `device` in `form`. Either way the whole stream is decoded on
+    /// the CPU first (with every check), so a corrupt unit is refused here with a typed error.
     pub(crate) fn new(
         device: &CudaDevice,
         name: &str,
         t: &UnitTensors<'_>,
         layout: &UnitLayout,
+        form: ExponentForm,
     ) -> Result<Self> {
         keep_pool_memory(device);
+        let invalid = |defect| Df11Error::InvalidUnit {
+            path: std::path::PathBuf::from(format!("<loaded copy of {name}>")),
+            unit: name.to_string(),
+            defect,
+        };
+        let table = crate::decode::DecodeTable::new(t.luts);
+        if form != ExponentForm::Huffman {
+            let exponents = unit_exponents(t, layout, &table).map_err(invalid)?;
+            if let Some(p) = PackedExponents::build(&exponents, &layout.member_ranges()) {
+                if form == ExponentForm::Packed || p.fits() {
+                    return Ok(Self {
+                        device: device.clone(),
+                        exponents: Exponents::Packed(crate::packed_ops::PackedBuffers::new(
+                            device, &p,
+                        )?),
+                    });
+                }
+            }
+        }
         let luts = device.clone_htod(t.luts)?;
         // Padded with zero bytes to whole words (plus one): the segment kernels load 32-bit words
         // without bounds branches. The block kernel is given the true length.
@@ -117,15 +152,8 @@ impl CudaUnit {
         let positions = device.clone_htod(layout.output_positions.as_slice())?;
         let status = std::sync::Mutex::new(device.alloc_zeros::<u32>(1)?);
         // Built by decoding the unit on the CPU (all cores): this also checks the whole stream.
-        let table = crate::decode::DecodeTable::new(t.luts);
         let segments =
-            match crate::segments::SegmentIndex::build(t, layout, &table).map_err(|defect| {
-                Df11Error::InvalidUnit {
-                    path: std::path::PathBuf::from(format!("<loaded copy of {name}>")),
-                    unit: name.to_string(),
-                    defect,
-                }
-            })? {
+            match crate::segments::SegmentIndex::build(t, layout, &table).map_err(invalid)? {
                 Some(index) => Some(crate::fused::SegmentBuffers::new(device, &index)?),
                 None => None,
             };
@@ -162,37 +190,55 @@ impl CudaUnit {
             .max(1);
         Ok(Self {
             device: device.clone(),
-            segments,
-            luts,
-            codes,
-            gaps,
-            positions,
-            status,
-            lut_rows: layout.lut_rows,
-            smem,
-            ctas_per_sm,
-            sms,
+            exponents: Exponents::Huffman(HuffmanBuffers {
+                segments,
+                luts,
+                codes,
+                gaps,
+                positions,
+                status,
+                lut_rows: layout.lut_rows,
+                smem,
+                ctas_per_sm,
+                sms,
+            }),
         })
+    }
+
+    /// The packed exponents, if the unit is kept packed.
+    pub(crate) fn packed(&self) -> Option<&crate::packed_ops::PackedBuffers> {
+        match &self.exponents {
+            Exponents::Packed(p) => Some(p),
+            Exponents::Huffman(_) => None,
+        }
     }
 
     /// Device bytes besides `sign_mantissa`.
     pub(crate) fn device_bytes(&self) -> usize {
-        self.luts.len()
-            + self.codes.len()
-            + self.gaps.len()
-            + 4 * self.positions.len()
-            + self.segments.as_ref().map_or(0, |s| s.device_bytes())
+        match &self.exponents {
+            Exponents::Packed(p) => p.device_bytes(),
+            Exponents::Huffman(h) => {
+                h.luts.len()
+                    + h.codes.len()
+                    + h.gaps.len()
+                    + 4 * h.positions.len()
+                    + h.segments.as_ref().map_or(0, |s| s.device_bytes())
+            }
+        }
     }
 
-    /// What the segment kernels need, if the unit has a segment index.
+    /// What the segment kernels need, if the unit is kept as Huffman with a segment index.
     pub(crate) fn segment_args(&self, layout: &UnitLayout) -> Option<crate::fused::UnitArgs<'_>> {
+        let Exponents::Huffman(h) = &self.exponents else {
+            return None;
+        };
         Some(crate::fused::UnitArgs {
-            luts: &self.luts,
-            codes: &self.codes,
-            lut_rows: self.lut_rows,
-            n_words: (self.codes.len() / 4) as u32,
+            luts: &h.luts,
+            codes: &h.codes,
+            lut_rows: h.lut_rows,
+            n_words: (h.codes.len() / 4) as u32,
             n_elements: layout.n_elements,
-            segments: self.segments.as_ref()?,
+            segments: h.segments.as_ref()?,
         })
     }
 
@@ -213,35 +259,47 @@ impl CudaUnit {
         // The kernel writes element i at out[i - out_base]; out_base is 16-aligned so its
         // vectorised stores stay aligned.
         let out_base = decode_base(layout, blocks.clone());
+        let h = match &self.exponents {
+            Exponents::Huffman(h) => h,
+            // Packed units have no block stream: decode the same elements (all of them valid).
+            Exponents::Packed(p) => {
+                return crate::packed_ops::decode_packed(
+                    p,
+                    sign_mantissa,
+                    sm_layout,
+                    out_base..elements.end,
+                )
+            }
+        };
         let len = elements.end - out_base;
         let out = unsafe { dev.alloc::<bf16>(len.max(1)) }?;
         if !blocks.is_empty() {
             let sm = sign_mantissa.as_cuda_slice::<u8>()?;
             let func = dev.get_or_load_custom_func(KERNEL, MODULE, PTX)?;
             let n_blocks = blocks.len() as u32;
-            let grid = n_blocks.min(self.sms * self.ctas_per_sm);
+            let grid = n_blocks.min(h.sms * h.ctas_per_sm);
             let cfg = LaunchConfig {
                 grid_dim: (grid, 1, 1),
                 block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: self.smem,
+                shared_mem_bytes: h.smem,
             };
             let mut b = func.builder();
-            b.arg(&self.luts);
-            b.arg(&self.codes);
+            b.arg(&h.luts);
+            b.arg(&h.codes);
             b.arg(sm);
-            b.arg(&self.positions);
-            b.arg(&self.gaps);
+            b.arg(&h.positions);
+            b.arg(&h.gaps);
             b.arg(&out);
-            let k = self.lut_rows as i32;
+            let k = h.lut_rows as i32;
             let n_bytes = layout.n_bytes as i32;
             let n_elements = layout.n_elements as i32;
-            let n_positions = self.positions.len() as i32;
+            let n_positions = h.positions.len() as i32;
             let (begin, end, base) = (blocks.start as i32, blocks.end as i32, out_base as i32);
             b.arg(&k);
             b.arg(&n_bytes);
             b.arg(&n_elements);
             b.arg(&n_positions);
-            let status = self.status.lock().expect("status lock");
+            let status = h.status.lock().expect("status lock");
             b.arg(&*status);
             b.arg(&begin);
             b.arg(&end);
@@ -258,7 +316,10 @@ impl CudaUnit {
         let fail = |e: candle_core::Error| {
             UnitDefect::Stream(format!("could not read the decode status: {e}"))
         };
-        let mut status = self.status.lock().expect("status lock");
+        let Exponents::Huffman(h) = &self.exponents else {
+            return Ok(()); // packed: checked by the CPU decode at load, no kernel flags
+        };
+        let mut status = h.status.lock().expect("status lock");
         let flags = self.device.clone_dtoh(&*status).map_err(fail)?[0];
         if flags == 0 {
             return Ok(());

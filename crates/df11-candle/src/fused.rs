@@ -16,14 +16,14 @@ use half::bf16;
 use crate::matmul::{use_fused, FUSED_LIMIT_ROWS};
 use crate::segments::SegmentIndex;
 
-const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_fused.ptx"));
-const MODULE: &str = "df11_fused";
+pub(crate) const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_fused.ptx"));
+pub(crate) const MODULE: &str = "df11_fused";
 const THREADS: u32 = 256;
 const WARPS: usize = 8;
 /// Per warp: the code stage (384 words) and 33 exponent slots of 72 bytes.
 const WARP_BYTES: usize = 384 * 4 + 33 * 72;
 /// Columns per chunk (one warp's work item); the twin and the DF11 kernel must agree on it.
-const CHUNK_WIDTH: usize = 2048;
+pub(crate) const CHUNK_WIDTH: usize = 2048;
 const MAX_ITEMS: usize = 256;
 /// CTAs per SM the kernels are compiled for (`__launch_bounds__(256, 4)`).
 const CTAS_PER_SM: u32 = 4;
@@ -60,11 +60,23 @@ pub(crate) struct UnitArgs<'a> {
     pub(crate) segments: &'a SegmentBuffers,
 }
 
-fn launch_config(
+pub(crate) fn launch_config(
     dev: &CudaDevice,
     name: &'static str,
     smem: usize,
     work: usize,
+) -> candle_core::Result<LaunchConfig> {
+    launch_config_with(dev, name, smem, work, CTAS_PER_SM)
+}
+
+/// [`launch_config`] for a kernel compiled for `ctas_per_sm` resident CTAs per SM: the grid is
+/// at most one wave of them (each CTA loops over its share of the work).
+pub(crate) fn launch_config_with(
+    dev: &CudaDevice,
+    name: &'static str,
+    smem: usize,
+    work: usize,
+    ctas_per_sm: u32,
 ) -> candle_core::Result<LaunchConfig> {
     let ctx = dev.cuda_stream().context().clone();
     let max = ctx
@@ -89,7 +101,7 @@ fn launch_config(
         .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         .w()? as u32;
     Ok(LaunchConfig {
-        grid_dim: ((work as u32).clamp(1, sms * CTAS_PER_SM), 1, 1),
+        grid_dim: ((work as u32).clamp(1, sms * ctas_per_sm), 1, 1),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: smem as u32,
     })
@@ -97,13 +109,13 @@ fn launch_config(
 
 /// How the GEMV kernels split a `[rows, cols]` matrix: chunks of [`CHUNK_WIDTH`] columns (the
 /// summation order depends on it: the same for both kernels) and rows per CTA tile (it does not).
-struct Tiling {
-    nchunks: usize,
-    tile_rows: usize,
+pub(crate) struct Tiling {
+    pub(crate) nchunks: usize,
+    pub(crate) tile_rows: usize,
 }
 
 impl Tiling {
-    fn new(rows: usize, cols: usize) -> Option<Self> {
+    pub(crate) fn new(rows: usize, cols: usize) -> Option<Self> {
         let nchunks = cols.div_ceil(CHUNK_WIDTH);
         if nchunks > MAX_ITEMS {
             return None;
@@ -123,16 +135,16 @@ impl Tiling {
         })
     }
 
-    fn tiles(&self, rows: usize) -> usize {
+    pub(crate) fn tiles(&self, rows: usize) -> usize {
         rows.div_ceil(self.tile_rows)
     }
 
-    fn partial_bytes(&self, maxb: usize) -> usize {
+    pub(crate) fn partial_bytes(&self, maxb: usize) -> usize {
         self.tile_rows * self.nchunks * maxb * 4
     }
 }
 
-fn maxb_for(nb: usize) -> usize {
+pub(crate) fn maxb_for(nb: usize) -> usize {
     match nb {
         0..=1 => 1,
         2 => 2,
@@ -159,7 +171,7 @@ fn header_bytes(lut_rows: usize) -> usize {
 }
 
 /// A contiguous BF16 view of `s` whose first element is 16-byte aligned.
-fn bf16_view<'a>(
+pub(crate) fn bf16_view<'a>(
     s: &'a CudaStorage,
     l: &Layout,
     what: &str,

@@ -49,15 +49,26 @@ impl std::fmt::Debug for Df11Group {
 }
 
 impl Df11Group {
-    /// Puts a unit of an opened model on `device`.
+    /// Puts a unit of an opened model on `device` (exponents in [`crate::exponent_form`]).
     pub fn load(model: &Df11Model, unit: &Df11Unit, device: &Device) -> Result<Arc<Self>> {
+        Self::load_with_form(model, unit, device, crate::exponent_form())
+    }
+
+    /// [`Self::load`] with the exponents' device form given (ignored on the CPU).
+    pub fn load_with_form(
+        model: &Df11Model,
+        unit: &Df11Unit,
+        device: &Device,
+        form: crate::ExponentForm,
+    ) -> Result<Arc<Self>> {
         let t = model.unit_tensors(unit)?;
-        Self::new(
+        Self::new_with_form(
             &unit.name,
             unit.members.clone(),
             &t,
             unit.layout.clone(),
             device,
+            form,
         )
         .map_err(|e| match e {
             Df11Error::InvalidUnit { defect, .. } => model.invalid(unit, defect),
@@ -65,10 +76,12 @@ impl Df11Group {
         })
     }
 
-    /// Puts validated unit tensors on `device`. `members` names the decoded matrices.
+    /// Puts validated unit tensors on `device`. `members` names the decoded matrices. On CUDA
+    /// the exponents take the form [`crate::exponent_form`] says.
     ///
-    /// On CUDA the unit is decoded once here and the kernel's status word checked, so a unit
-    /// whose bitstream is corrupt is refused at load with an error, not silently mis-decoded.
+    /// On CUDA the unit is decoded once here on the CPU (and, kept as Huffman, once more by the
+    /// block kernel, whose status word is checked), so a unit whose bitstream is corrupt is
+    /// refused at load with an error, not silently mis-decoded.
     pub fn new(
         name: &str,
         members: Vec<String>,
@@ -76,6 +89,20 @@ impl Df11Group {
         layout: UnitLayout,
         device: &Device,
     ) -> Result<Arc<Self>> {
+        Self::new_with_form(name, members, t, layout, device, crate::exponent_form())
+    }
+
+    /// [`Self::new`] with the exponents' device form given (ignored on the CPU).
+    pub fn new_with_form(
+        name: &str,
+        members: Vec<String>,
+        t: &UnitTensors<'_>,
+        layout: UnitLayout,
+        device: &Device,
+        form: crate::ExponentForm,
+    ) -> Result<Arc<Self>> {
+        #[cfg(not(feature = "cuda"))]
+        let _ = form;
         let sign_mantissa = Tensor::from_slice(t.sign_mantissa, t.sign_mantissa.len(), device)?;
         let store = match device {
             Device::Cpu => Store::Cpu {
@@ -85,7 +112,9 @@ impl Df11Group {
                 table: DecodeTable::new(t.luts),
             },
             #[cfg(feature = "cuda")]
-            Device::Cuda(dev) => Store::Cuda(crate::cuda::CudaUnit::new(dev, name, t, &layout)?),
+            Device::Cuda(dev) => {
+                Store::Cuda(crate::cuda::CudaUnit::new(dev, name, t, &layout, form)?)
+            }
             other => {
                 return Err(Df11Error::Usage(format!(
                     "DF11 decoding is implemented for the CPU and CUDA, not {other:?}"
@@ -100,9 +129,11 @@ impl Df11Group {
             store,
         });
         #[cfg(feature = "cuda")]
-        if let Store::Cuda(_) = group.store {
-            let _ = group.decode()?;
-            group.check_status()?;
+        if let Store::Cuda(c) = &group.store {
+            if c.packed().is_none() {
+                let _ = group.decode()?;
+                group.check_status()?;
+            }
         }
         Ok(group)
     }
@@ -180,7 +211,8 @@ impl Df11Group {
     pub fn decode_elements(&self, elements: Range<usize>) -> Result<Tensor> {
         #[cfg(feature = "cuda")]
         if let Store::Cuda(c) = &self.store {
-            if segment_decode_enabled() && c.segment_args(&self.layout).is_some() {
+            let packed = c.packed().is_some();
+            if packed || (segment_decode_enabled() && c.segment_args(&self.layout).is_some()) {
                 if elements.end > self.layout.n_elements || elements.start > elements.end {
                     return Err(Df11Error::Usage(format!(
                         "elements {elements:?} outside the {} of `{}`",
@@ -200,9 +232,20 @@ impl Df11Group {
     }
 
     /// Whether the member `[.., cols]` at unit element `base` can go through the fused kernel:
-    /// on CUDA with a segment index, `base` and `cols` multiples of 8.
+    /// on CUDA, packed or with a segment index, `base` and `cols` multiples of 8.
     pub fn can_fuse(&self, base: usize, cols: usize) -> bool {
-        self.has_segment_index() && base.is_multiple_of(8) && cols.is_multiple_of(8)
+        (self.is_packed() || self.has_segment_index())
+            && base.is_multiple_of(8)
+            && cols.is_multiple_of(8)
+    }
+
+    /// Whether the unit's exponents are kept packed on its device ([`crate::packed`]).
+    pub fn is_packed(&self) -> bool {
+        match &self.store {
+            Store::Cpu { .. } => false,
+            #[cfg(feature = "cuda")]
+            Store::Cuda(c) => c.packed().is_some(),
+        }
     }
 
     /// `x2 · Wᵀ` (`x2`: `[nb <= 8, cols]` BF16, contiguous) for the member `[rows, cols]` at unit
@@ -215,6 +258,17 @@ impl Df11Group {
         rows: usize,
         cols: usize,
     ) -> Result<Tensor> {
+        if let Store::Cuda(c) = &self.store {
+            if let (Some(unit), true) = (c.packed(), self.can_fuse(base, cols)) {
+                let op = crate::packed_ops::PackedGemvOp {
+                    unit,
+                    base,
+                    rows,
+                    cols,
+                };
+                return Ok(self.sign_mantissa.apply_op2_no_bwd(x2, &op)?);
+            }
+        }
         let unit = match &self.store {
             Store::Cuda(c) if self.can_fuse(base, cols) => c.segment_args(&self.layout),
             _ => None,
@@ -361,6 +415,9 @@ impl CustomOp1 for SegmentDecodeOp<'_> {
         let Store::Cuda(unit) = &self.group.store else {
             candle_core::bail!("df11: unit `{}` is not on CUDA", self.group.name)
         };
+        if let Some(p) = unit.packed() {
+            return crate::packed_ops::decode_packed(p, storage, layout, self.elements.clone());
+        }
         let Some(args) = unit.segment_args(&self.group.layout) else {
             candle_core::bail!("df11: unit `{}` has no segment index", self.group.name)
         };

@@ -108,6 +108,9 @@ pub mod matmul;
 pub mod model;
 #[cfg(feature = "cuda")]
 pub mod ops;
+pub mod packed;
+#[cfg(feature = "cuda")]
+mod packed_ops;
 pub mod patterns;
 pub mod safetensors_index;
 pub mod segments;
@@ -126,6 +129,7 @@ pub use group::Df11Group;
 pub use linear::{Df11Embedding, Df11Linear};
 pub use matmul::{matmul_path, set_matmul_path, MatmulPath};
 pub use model::{Df11Model, Df11Unit};
+pub use packed::{exponent_form, set_exponent_form, ExponentForm, PackedExponents};
 pub use patterns::builtin_pattern_dict;
 pub use safetensors_index::{RawTensor, SafetensorsIndex};
 pub use segments::SegmentIndex;

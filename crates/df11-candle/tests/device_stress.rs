@@ -6,19 +6,40 @@
 mod common;
 
 use candle_core::Device;
-use df11_candle::{encode_unit, synth, Df11Group, SafetensorsIndex, UnitLayout, UnitTensors};
+use df11_candle::{
+    encode_unit, synth, Df11Group, ExponentForm, SafetensorsIndex, UnitLayout, UnitTensors,
+};
 use half::bf16;
 
+/// Decodes the unit in both device forms of its exponents (the same path twice on the CPU).
 fn decode_on(device: &Device, t: &UnitTensors<'_>, expected: &[u8]) -> UnitLayout {
     let layout = UnitLayout::validate(t).unwrap();
-    let g = Df11Group::new(
+    for form in [ExponentForm::Packed, ExponentForm::Huffman] {
+        decode_in(form, device, t, &layout, expected);
+    }
+    layout
+}
+
+fn decode_in(
+    form: ExponentForm,
+    device: &Device,
+    t: &UnitTensors<'_>,
+    layout: &UnitLayout,
+    expected: &[u8],
+) {
+    let g = Df11Group::new_with_form(
         "stress",
         vec!["stress.weight".into()],
         t,
         layout.clone(),
         device,
+        form,
     )
     .unwrap();
+    assert_eq!(
+        g.is_packed(),
+        device.is_cuda() && form == ExponentForm::Packed
+    );
     let out: Vec<bf16> = g.decode().unwrap().to_vec1().unwrap();
     assert!(
         bytemuck::cast_slice::<bf16, u8>(&out) == expected,
@@ -61,7 +82,6 @@ fn decode_on(device: &Device, t: &UnitTensors<'_>, expected: &[u8]) -> UnitLayou
         );
     }
     g.check_status().unwrap();
-    layout
 }
 
 fn encode_and_decode(device: &Device, w: &[bf16]) -> UnitLayout {

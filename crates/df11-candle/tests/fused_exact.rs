@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Module, Tensor};
 use df11_candle::{
-    encode_unit, synth, Df11Group, Df11Linear, Df11Model, Linear, ModelWeights, SafetensorsIndex,
-    UnitLayout, WeightFormat,
+    encode_unit, synth, Df11Group, Df11Linear, Df11Model, ExponentForm, Linear, ModelWeights,
+    SafetensorsIndex, UnitLayout, WeightFormat,
 };
 use half::bf16;
 use rand::{Rng, SeedableRng};
@@ -71,6 +71,9 @@ fn random_x(rng: &mut impl Rng, batch: usize, cols: usize, device: &Device) -> (
     (x, t)
 }
 
+/// Both device forms of the exponents (on the CPU the form is ignored: the same path twice).
+const FORMS: [ExponentForm; 2] = [ExponentForm::Packed, ExponentForm::Huffman];
+
 #[test]
 fn df11_and_bf16_linears_agree_at_small_batches_on_every_fixture_matrix() {
     let device = common::device();
@@ -78,28 +81,43 @@ fn df11_and_bf16_linears_agree_at_small_batches_on_every_fixture_matrix() {
     for name in common::MODELS {
         let model = Df11Model::open(common::model_dir(name, "df11")).unwrap();
         let original = SafetensorsIndex::open_dir(&common::model_dir(name, "bf16")).unwrap();
-        let open = |dir: &str, format| {
-            ModelWeights::open(&common::model_dir(name, dir), format, &device, DType::BF16).unwrap()
-        };
-        let (df11, dense) = (
-            open("df11", WeightFormat::Df11),
-            open("bf16", WeightFormat::Dense),
-        );
-        for weight in model.compressed_weights() {
-            let module = weight.strip_suffix(".weight").unwrap();
-            let t = original.get(weight).unwrap();
-            let (rows, cols) = (t.shape[0], t.shape[1]);
-            let w: &[bf16] = bytemuck::cast_slice(t.data);
-            let has_bias = original.contains(&format!("{module}.bias"));
-            let a = df11.linear(module, rows, cols, has_bias).unwrap();
-            let b = dense.linear(module, rows, cols, has_bias).unwrap();
-            assert!(matches!(a, Linear::Df11(_)) && matches!(b, Linear::Dense(_)));
-            for batch in 1..=9 {
-                let (xh, x) = random_x(&mut rng, batch, cols, &device);
-                let (ya, yb) = (a.forward(&x).unwrap(), b.forward(&x).unwrap());
-                assert!(bits(&ya) == bits(&yb), "{name} {module} batch {batch}");
-                if !has_bias {
-                    check_against_reference(&ya, &xh, w, rows, cols, &format!("{name} {module}"));
+        let dense = ModelWeights::open(
+            &common::model_dir(name, "bf16"),
+            WeightFormat::Dense,
+            &device,
+            DType::BF16,
+        )
+        .unwrap();
+        for unit in model.units() {
+            for form in FORMS {
+                let g = Df11Group::load_with_form(&model, unit, &device, form).unwrap();
+                assert_eq!(
+                    g.is_packed(),
+                    device.is_cuda() && form == ExponentForm::Packed
+                );
+                for (member, weight) in unit.members.iter().enumerate() {
+                    let module = weight.strip_suffix(".weight").unwrap();
+                    let t = original.get(weight).unwrap();
+                    let (rows, cols) = (t.shape[0], t.shape[1]);
+                    let w: &[bf16] = bytemuck::cast_slice(t.data);
+                    let bias_name = format!("{module}.bias");
+                    let bias = original
+                        .contains(&bias_name)
+                        .then(|| dense.tensor(&bias_name, &[rows]).unwrap());
+                    let has_bias = bias.is_some();
+                    let a =
+                        Df11Linear::new(g.clone(), member, rows, cols, bias, DType::BF16).unwrap();
+                    let b = dense.linear(module, rows, cols, has_bias).unwrap();
+                    assert!(matches!(b, Linear::Dense(_)));
+                    for batch in 1..=9 {
+                        let (xh, x) = random_x(&mut rng, batch, cols, &device);
+                        let (ya, yb) = (a.forward(&x).unwrap(), b.forward(&x).unwrap());
+                        let what = format!("{name} {module} {form:?} batch {batch}");
+                        assert!(bits(&ya) == bits(&yb), "{what}");
+                        if !has_bias {
+                            check_against_reference(&ya, &xh, w, rows, cols, &what);
+                        }
+                    }
                 }
             }
         }
@@ -107,7 +125,12 @@ fn df11_and_bf16_linears_agree_at_small_batches_on_every_fixture_matrix() {
 }
 
 /// A unit of members with the given shapes, N(0, 0.02) weights.
-fn unit_of(shapes: &[(usize, usize)], seed: u64, device: &Device) -> (Vec<bf16>, Arc<Df11Group>) {
+fn unit_of(
+    shapes: &[(usize, usize)],
+    seed: u64,
+    device: &Device,
+    form: ExponentForm,
+) -> (Vec<bf16>, Arc<Df11Group>) {
     let n: usize = shapes.iter().map(|(r, c)| r * c).sum();
     let w = synth::normal_bf16(n, 0.02, seed);
     let mut members = Vec::new();
@@ -120,7 +143,7 @@ fn unit_of(shapes: &[(usize, usize)], seed: u64, device: &Device) -> (Vec<bf16>,
     let t = enc.tensors();
     let layout = UnitLayout::validate(&t).unwrap();
     let names = (0..shapes.len()).map(|i| format!("m{i}.weight")).collect();
-    let g = Df11Group::new("synthetic", names, &t, layout, device).unwrap();
+    let g = Df11Group::new_with_form("synthetic", names, &t, layout, device, form).unwrap();
     (w, g)
 }
 
@@ -131,7 +154,18 @@ fn odd_shapes_agree_with_the_twin_and_the_reference() {
     // m1 starts at element 24 (not a segment boundary) and its 4104-column rows start anywhere
     // in a segment and span three chunks; m2 has 12288 columns (six chunks); m3 is one short row.
     let shapes = [(3, 8), (37, 4104), (5, 12288), (1, 40)];
-    let (w, g) = unit_of(&shapes, rng.gen(), &device);
+    for form in FORMS {
+        odd_shapes_in(form, &shapes, &mut rng, &device);
+    }
+}
+
+fn odd_shapes_in(
+    form: ExponentForm,
+    shapes: &[(usize, usize)],
+    rng: &mut impl Rng,
+    device: &Device,
+) {
+    let (w, g) = unit_of(shapes, rng.gen(), device, form);
     let mut at = 0;
     for (i, &(rows, cols)) in shapes.iter().enumerate() {
         let wm = &w[at..at + rows * cols];
@@ -141,16 +175,16 @@ fn odd_shapes_agree_with_the_twin_and_the_reference() {
             .unwrap()
             .to_vec1()
             .unwrap();
-        assert!(got == wm, "member {i}: decode differs");
+        assert!(got == wm, "member {i} {form:?}: decode differs");
         at += rows * cols;
         let fused = Df11Linear::new(g.clone(), i, rows, cols, None, DType::BF16).unwrap();
         let twin = fused.clone().decoded().unwrap();
         for batch in [1, 2, 3, 4, 5, 8, 13] {
-            let (xh, x) = random_x(&mut rng, batch, cols, &device);
+            let (xh, x) = random_x(rng, batch, cols, device);
             let (ya, yb) = (fused.forward(&x).unwrap(), twin.forward(&x).unwrap());
             assert!(
                 bits(&ya) == bits(&yb),
-                "member {i} [{rows}, {cols}] batch {batch}"
+                "member {i} [{rows}, {cols}] {form:?} batch {batch}"
             );
             check_against_reference(
                 &ya,
@@ -158,7 +192,7 @@ fn odd_shapes_agree_with_the_twin_and_the_reference() {
                 wm,
                 rows,
                 cols,
-                &format!("member {i} batch {batch}"),
+                &format!("member {i} {form:?} batch {batch}"),
             );
         }
     }
@@ -172,20 +206,23 @@ fn check_unit(w: &[bf16], cols: usize, rng: &mut impl Rng, device: &Device, what
     let enc = encode_unit(&[bytemuck::cast_slice(w)]).unwrap();
     let t = enc.tensors();
     let layout = UnitLayout::validate(&t).unwrap();
-    let g = Df11Group::new(what, vec![format!("{what}.weight")], &t, layout, device).unwrap();
-    let got: Vec<bf16> = g.decode_elements(0..w.len()).unwrap().to_vec1().unwrap();
-    assert!(
-        bytemuck::cast_slice::<bf16, u16>(&got) == bytemuck::cast_slice::<bf16, u16>(w),
-        "{what}: decode differs"
-    );
-    let fused = Df11Linear::new(g.clone(), 0, rows, cols, None, DType::BF16).unwrap();
-    let twin = fused.clone().decoded().unwrap();
-    for batch in [1, 4, 8] {
-        let (_, x) = random_x(rng, batch, cols, device);
-        let (ya, yb) = (fused.forward(&x).unwrap(), twin.forward(&x).unwrap());
-        assert!(bits(&ya) == bits(&yb), "{what}: batch {batch}");
+    for form in FORMS {
+        let (name, layout) = (vec![format!("{what}.weight")], layout.clone());
+        let g = Df11Group::new_with_form(what, name, &t, layout, device, form).unwrap();
+        let got: Vec<bf16> = g.decode_elements(0..w.len()).unwrap().to_vec1().unwrap();
+        assert!(
+            bytemuck::cast_slice::<bf16, u16>(&got) == bytemuck::cast_slice::<bf16, u16>(w),
+            "{what} {form:?}: decode differs"
+        );
+        let fused = Df11Linear::new(g.clone(), 0, rows, cols, None, DType::BF16).unwrap();
+        let twin = fused.clone().decoded().unwrap();
+        for batch in [1, 4, 8] {
+            let (_, x) = random_x(rng, batch, cols, device);
+            let (ya, yb) = (fused.forward(&x).unwrap(), twin.forward(&x).unwrap());
+            assert!(bits(&ya) == bits(&yb), "{what} {form:?}: batch {batch}");
+        }
+        g.check_status().unwrap();
     }
-    g.check_status().unwrap();
 }
 
 #[test]
@@ -201,11 +238,45 @@ fn long_and_one_bit_codes_agree_with_the_twin() {
 }
 
 #[test]
+fn packed_units_with_many_escapes_agree_with_the_twin() {
+    let device = common::device();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
+    // ~6% of the weights scaled down by 2^-8..2^-19: exponents outside the top seven, so a lane
+    // often has more than the 8 escapes it fetches at once, and rows of 2056 columns start
+    // mid-chunk (escapes counted across two chunks).
+    let mut w = synth::normal_bf16(2056 * 40, 0.02, rng.gen());
+    for v in &mut w {
+        if rng.gen_bool(0.06) {
+            *v = bf16::from_f32(v.to_f32() * (-(rng.gen_range(8..20) as f32)).exp2());
+        }
+    }
+    let enc = encode_unit(&[bytemuck::cast_slice(&w)]).unwrap();
+    let t = enc.tensors();
+    let layout = UnitLayout::validate(&t).unwrap();
+    let g = Df11Group::new_with_form(
+        "escapes",
+        vec!["escapes.weight".into()],
+        &t,
+        layout,
+        &device,
+        ExponentForm::Packed,
+    )
+    .unwrap();
+    assert_eq!(g.is_packed(), device.is_cuda(), "the unit should pack");
+    check_unit(&w, 2056, &mut rng, &device, "many-escapes");
+}
+
+#[test]
 fn the_fused_path_is_taken_exactly_on_cuda() {
     let device = common::device();
-    let (_, g) = unit_of(&[(16, 64)], 1, &device);
+    let (_, g) = unit_of(&[(16, 64)], 1, &device, ExponentForm::Huffman);
     assert_eq!(g.has_segment_index(), device.is_cuda());
+    assert!(!g.is_packed());
     assert_eq!(g.can_fuse(0, 64), device.is_cuda());
+    let (_, p) = unit_of(&[(16, 64)], 1, &device, ExponentForm::Packed);
+    assert_eq!(p.is_packed(), device.is_cuda());
+    assert!(!p.has_segment_index());
+    assert_eq!(p.can_fuse(0, 64), device.is_cuda());
     assert!(!g.can_fuse(4, 64) && !g.can_fuse(0, 60));
     assert_eq!(df11_candle::matmul::use_fused(1, &device), device.is_cuda());
     assert!(!df11_candle::matmul::use_fused(

@@ -1,0 +1,89 @@
+// PACKED EXPONENTS: helpers shared by the fused kernel (df11_fused.cu) and the decode kernel (df11_packed.cu).
+// Written for this project; the form is made on the host at load time (crates/df11-candle/src/packed.rs):
+//   codes:   3 bits per unit element j at bits [3j, 3j+3) of a little-endian word array; 8-group q (elements
+//            8q..8q+8) is the 24 bits at 24q, so a lane reads its eight codes with two loads and a funnel shift.
+//            Codes 0-6 index the member's table of seven exponents; code 7 escapes.
+//   escapes: by chunk of 2048 elements (256 8-groups). 8-group q has LANE q % 32 and PASS (q / 32) % 8 in its chunk
+//            q / 256 (a warp walking a 2048-element piece: lane l, pass i -> elements 8l + 256i). A chunk's escaped
+//            exponents are listed lane-major, each lane's in pass order: lane L of chunk c starts at
+//            chunk_escapes[c] + lane_starts[32c + L]. So a lane finds its escapes from its own codes: no
+//            cross-lane prefix sums.
+//
+// HOST GUARANTEES: the codes buffer holds every 8-group's word pair (plus padding); chunk_escapes has
+// ceil(N/2048) + 1 entries, lane_starts 32 per chunk; the escapes buffer is not empty (n_escapes >= 1; a dummy
+// byte when there are none); every table maps code 7 to exponent 0 (escaped bytes are ORed in); N < 2^32.
+// The kernels still clamp escape reads to n_escapes.
+
+#pragma once
+#include <stdint.h>
+
+// Four 3-bit codes (bits 0-11) -> four PRMT selector nibbles (bit 3 of each nibble clear).
+__device__ __forceinline__ uint32_t fp_spread(uint32_t c) {
+    return (c & 7u) | ((c << 1) & 0x70u) | ((c << 2) & 0x700u) | ((c << 3) & 0x7000u);
+}
+
+// The eight codes of 8-group q: 24 bits, code k at bits [3k, 3k+3).
+__device__ __forceinline__ uint32_t fp_codes8(const uint32_t* codes, long long q) {
+    const long long w = (3 * q) >> 2;
+    const uint32_t sh = (uint32_t)((q & 3) * 24) & 31u;
+    return __funnelshift_r(__ldg(codes + w), __ldg(codes + w + 1), sh) & 0xffffffu;
+}
+
+// One bit (at 3k) per escaped code k of v.
+__device__ __forceinline__ uint32_t fp_escape_mask(uint32_t v) { return v & (v >> 1) & (v >> 2) & 0x249249u; }
+
+// A lane's escapes over an ITEM: up to 8 consecutive 8-groups q0, q0 + 32, ... of the lane (passes of one or two
+// chunks). They are two runs of the list: run A in q0's chunk (from the lane's start plus its escapes in earlier
+// passes of that chunk), run B in the next chunk (from the lane's start there). The first 8 are fetched at once
+// (one latency per item) into `held`; later ones (rare) are read when needed.
+struct FpLane {
+    unsigned long long held;   // escape bytes 0..7 of the item, in order
+    uint32_t a, na;            // run A: list index and length
+    uint32_t b;                // run B: list index
+};
+
+__device__ __forceinline__ uint32_t fp_rank(const FpLane& r, uint32_t t) { return t < r.na ? r.a + t : r.b + (t - r.na); }
+
+// The lane's start in chunk c (lane L), or 0 past the last chunk.
+__device__ __forceinline__ uint32_t fp_lane_start(const uint32_t* chunk_escapes, const uint8_t* lane_starts,
+                                                  uint32_t n_chunks, uint32_t c, uint32_t L) {
+    return c < n_chunks ? __ldg(chunk_escapes + c) + __ldg(lane_starts + 32 * c + L) : 0u;
+}
+
+// Fetches escapes 0..7 of the lane's item: runs A (at a, na escapes) and B (at b).
+__device__ __forceinline__ void fp_fetch(FpLane& r, uint32_t total, const uint8_t* escapes, uint32_t n_escapes) {
+    r.held = 0;
+#pragma unroll
+    for (uint32_t t = 0; t < 8; ++t)
+        if (t < total) r.held |= (unsigned long long)__ldg(escapes + min(fp_rank(r, t), n_escapes - 1)) << (8 * t);
+}
+
+// ORs the escaped exponents of codes v into (lo, hi), whose escaped bytes are 0 (tables map code 7 to 0); t counts
+// the lane's escapes so far in the item. The general form: any number of escapes per item.
+__device__ __forceinline__ void fp_apply(const FpLane& r, uint32_t& t, uint32_t v, const uint8_t* escapes,
+                                         uint32_t n_escapes, uint32_t& lo, uint32_t& hi) {
+    uint32_t m = fp_escape_mask(v);
+    if (!m) return;
+    unsigned long long e = ((unsigned long long)hi << 32) | lo;
+    for (; m; m &= m - 1, ++t) {
+        const uint32_t y = t < 8u ? (uint32_t)(r.held >> (8 * t)) & 0xffu
+                                  : (uint32_t)__ldg(escapes + min(fp_rank(r, t), n_escapes - 1));
+        e |= (unsigned long long)y << (((uint32_t)(__ffs(m) - 1) * 86u) >> 5);   // bit 3k -> byte k: 8k
+    }
+    lo = (uint32_t)e;
+    hi = (uint32_t)(e >> 32);
+}
+
+// The same when the lane has at most 8 escapes in the item, all in `held`, which this consumes.
+__device__ __forceinline__ void fp_apply_held(uint32_t v, unsigned long long& held, uint32_t& lo, uint32_t& hi) {
+    uint32_t m = fp_escape_mask(v);
+    if (!m) return;
+    unsigned long long e = ((unsigned long long)hi << 32) | lo;
+    do {
+        e |= (held & 0xffull) << (((uint32_t)(__ffs(m) - 1) * 86u) >> 5);
+        held >>= 8;
+        m &= m - 1;
+    } while (m);
+    lo = (uint32_t)e;
+    hi = (uint32_t)(e >> 32);
+}
