@@ -510,8 +510,9 @@ __device__ __forceinline__ void fg_gemv(const uint32_t* table, const uint8_t* lu
         const XT *x, XT *y, int nb, int rows, int cols, long long base, int tile_rows, int chunk_width
 #define FG_TWIN_ARGS(XT)                                                                                        \
     const uint16_t *w, const XT *x, XT *y, int nb, int rows, int cols, int tile_rows, int chunk_width
-// The packed kernel keeps a whole item's codes and sign_mantissa in registers: 3 CTAs per SM (85 registers).
-#define FG_PACKED_MIN_CTAS 3
+// The packed kernel keeps a whole item's codes and sign_mantissa in registers: 3 CTAs per SM (85 registers), 4 for
+// one batch row (64 registers; a few bytes spill, measured faster than 3 CTAs). The host's grid follows.
+#define FG_PACKED_MIN_CTAS(MAXB) ((MAXB) == 1 ? 4 : 3)
 #define FG_PACKED_ARGS(XT)                                                                                      \
     const uint32_t *codes, const uint32_t *chunk_escapes, const uint8_t *lane_starts, uint32_t n_chunks,       \
         const uint8_t *escapes, uint32_t n_escapes, uint32_t t0, uint32_t t1, const uint8_t *sign_mantissa,   \
@@ -524,7 +525,7 @@ __device__ __forceinline__ void fg_gemv(const uint32_t* table, const uint8_t* lu
         fg_gemv<MAXB, FG_HUFF, XT>(table, luts, K, codes, n_words, seg_base, seg_delta, pk, sign_mantissa,    \
                                    n_elements, nullptr, x, y, nb, rows, cols, base, tile_rows, chunk_width);  \
     }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(FG_THREADS, FG_PACKED_MIN_CTAS)                              \
+    extern "C" __global__ void __launch_bounds__(FG_THREADS, FG_PACKED_MIN_CTAS(MAXB))                        \
         df11_gemv_packed_##SUFFIX##_##MAXB(FG_PACKED_ARGS(XT)) {                                              \
         const FgPacked pk = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, t0, t1};                              \
         fg_gemv<MAXB, FG_PACKED, XT>(nullptr, nullptr, 2, nullptr, 0, nullptr, nullptr, pk, sign_mantissa,    \

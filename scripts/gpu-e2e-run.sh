@@ -29,9 +29,12 @@ for batch in 1 8; do
   done
 done
 # The BF16 model through cuBLAS at every batch size (DF11_MATMUL=decode): the stock-candle-like
-# baseline the fused path is also compared with.
+# baseline the fused path is also compared with. And the DF11 model with its exponents kept as the
+# Huffman stream (DF11_EXPONENTS=huffman) instead of packed (the default where it fits).
 DF11_MATMUL=decode "$BIN/qwen3-df11-bench" --model-dir "$WORK/bf16" --bf16 --batch 1 ${BENCH_ARGS:-} \
   > "$LOG/bench_cublas.jsonl" 2>> "$LOG/bench.err" || echo "bench bf16 cublas failed"
+DF11_EXPONENTS=huffman "$BIN/qwen3-df11-bench" --model-dir "$WORK/df11" --batch 1 ${BENCH_ARGS:-} \
+  >> "$LOG/bench_cublas.jsonl" 2>> "$LOG/bench.err" || echo "bench df11 huffman failed"
 cat "$LOG/bench.jsonl" "$LOG/bench_cublas.jsonl"
 # Lossless means the same greedy tokens: DF11 and BF16 must agree at each batch size.
 python3 - "$LOG/bench.jsonl" <<'PY'

@@ -123,14 +123,19 @@ pub struct PackedExponents {
 }
 
 impl PackedExponents {
-    /// Packs `exponents` (one per unit element) with one code table per member. `None` when a
-    /// member boundary is not a multiple of 8 (8-groups must not straddle members), the unit is
-    /// too large for 32-bit indices, or a chunk has more than 255 escapes before its last lane.
+    /// Packs `exponents` (one per unit element) with one code table per member (`members` tile
+    /// the unit in order). `None` when they do not, when a member boundary is not a multiple of 8
+    /// (8-groups must not straddle members), when the unit is too large for 32-bit indices, or
+    /// when a chunk has more than 255 escapes before its last lane.
     pub fn build(exponents: &[u8], members: &[Range<usize>]) -> Option<Self> {
         let n = exponents.len();
-        if members
-            .iter()
-            .any(|m| m.start % 8 != 0 || (m.end % 8 != 0 && m.end != n))
+        let tiles = members.first().is_some_and(|m| m.start == 0)
+            && members.last().is_some_and(|m| m.end == n)
+            && members.windows(2).all(|w| w[0].end == w[1].start);
+        if !tiles
+            || members
+                .iter()
+                .any(|m| m.start % 8 != 0 || (m.end % 8 != 0 && m.end != n))
             || u32::try_from(n).is_err()
         {
             return None;
@@ -150,26 +155,31 @@ impl PackedExponents {
                 c
             })
             .collect();
-        let member_of = |j: usize| members.iter().position(|m| m.contains(&j)).unwrap_or(0);
+        // Every element's code, member by member, in parallel.
+        let mut code = vec![0u8; n];
+        for (m, range) in members.iter().enumerate() {
+            code[range.clone()]
+                .par_chunks_mut(1 << 16)
+                .zip(exponents[range.clone()].par_chunks(1 << 16))
+                .for_each(|(c, e)| {
+                    for (c, e) in c.iter_mut().zip(e) {
+                        *c = code_of[m][*e as usize];
+                    }
+                });
+        }
 
         // Codes, 32 elements (three words) at a time, in parallel.
         let n_words = (3 * n).div_ceil(32) + 1;
         let mut codes = vec![0u32; n_words.div_ceil(3) * 3];
         codes
             .par_chunks_mut(3 * 1024)
-            .enumerate()
-            .for_each(|(c, words)| {
-                for (t, triple) in words.chunks_mut(3).enumerate() {
-                    let first = (c * 1024 + t) * 32;
-                    if first >= n {
-                        break;
-                    }
-                    let mut bits = 0u128;
-                    for k in 0..32.min(n - first) {
-                        let j = first + k;
-                        let code = code_of[member_of(j)][exponents[j] as usize];
-                        bits |= (code as u128) << (3 * k);
-                    }
+            .zip(code.par_chunks(32 * 1024))
+            .for_each(|(words, elements)| {
+                for (triple, group) in words.chunks_mut(3).zip(elements.chunks(32)) {
+                    let bits = group
+                        .iter()
+                        .enumerate()
+                        .fold(0u128, |b, (k, &c)| b | (c as u128) << (3 * k));
                     for (i, w) in triple.iter_mut().enumerate() {
                         *w = (bits >> (32 * i)) as u32;
                     }
@@ -177,7 +187,7 @@ impl PackedExponents {
             });
 
         // Each chunk's escapes, lane-major, in parallel; then the chunk bases.
-        let is_escape = |j: usize| code_of[member_of(j)][exponents[j] as usize] == ESCAPE;
+        let is_escape = |j: usize| code[j] == ESCAPE;
         let per_chunk: Vec<Option<(Vec<u8>, [u8; LANES])>> = (0..n.div_ceil(CHUNK))
             .into_par_iter()
             .map(|c| {
@@ -282,10 +292,24 @@ impl PackedExponents {
 /// The seven most frequent exponents (ties: the smaller exponent first); unused slots repeat the
 /// first, so every code 0-6 decodes to an exponent of the member.
 fn top_seven(exponents: &[u8]) -> [u8; 8] {
-    let mut hist = [0u64; 256];
-    for &e in exponents {
-        hist[e as usize] += 1;
-    }
+    let hist = exponents
+        .par_chunks(1 << 20)
+        .map(|part| {
+            let mut h = [0u64; 256];
+            for &e in part {
+                h[e as usize] += 1;
+            }
+            h
+        })
+        .reduce(
+            || [0u64; 256],
+            |mut a, b| {
+                for (x, y) in a.iter_mut().zip(b) {
+                    *x += y;
+                }
+                a
+            },
+        );
     let mut order: Vec<usize> = (0..256).filter(|&e| hist[e] > 0).collect();
     order.sort_by_key(|&e| (std::cmp::Reverse(hist[e]), e));
     let mut t = [order.first().copied().unwrap_or(0) as u8; 8];

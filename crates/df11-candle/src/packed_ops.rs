@@ -155,8 +155,9 @@ impl CustomOp2 for PackedGemvOp<'_> {
         };
         // The 4096-entry table, then the partial sums.
         let smem = 16384 + tiling.partial_bytes(maxb);
-        // `__launch_bounds__(256, FG_PACKED_MIN_CTAS = 3)` in kernels/df11_fused.cu.
-        let cfg = launch_config_with(&dev, name, smem, tiling.tiles(rows), 3)?;
+        // `__launch_bounds__(256, FG_PACKED_MIN_CTAS(MAXB))` in kernels/df11_fused.cu.
+        let ctas = if maxb == 1 { 4 } else { 3 };
+        let cfg = launch_config_with(&dev, name, smem, tiling.tiles(rows), ctas)?;
         let xv = bf16_view(x, x_l, "x")?;
         let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
         let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
