@@ -327,7 +327,8 @@ __device__ __forceinline__ void fp_item(const FgShared& s, const FgPacked& pk, c
     }
     r.na = na;
     const uint32_t total = na + nb_;
-    fp_fetch(r, total, pk.escapes, pk.n_escapes);
+    if (ALIGNED) fp_fetch_run(r, pk.escapes, pk.n_escapes);
+    else fp_fetch(r, total, pk.escapes, pk.n_escapes);
     unsigned long long held = r.held;
     const XT* xl = x + c0 + 8 * lane;
     uint32_t t = 0;
@@ -342,7 +343,7 @@ __device__ __forceinline__ void fp_item(const FgShared& s, const FgPacked& pk, c
         fg_fuse4(sm[i].y, hi, w[2], w[3]);
 #pragma unroll
         for (int b = 0; b < MAXB; ++b) {
-            if (b < nb) {
+            if (MAXB == 1 || b < nb) {                            // the host gives 1 <= nb <= MAXB
                 float xv[8];
                 fg_load_x(xl + b * cols + 256 * i, xv);
                 float a = acc[b];

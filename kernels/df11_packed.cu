@@ -48,7 +48,7 @@ df11_decode_packed(const uint32_t* codes, const uint32_t* chunk_escapes, const u
 #pragma unroll
         for (int i = 0; i < 8; ++i) na += __popc(fp_escape_mask(v[i]));
         r.na = na;
-        fp_fetch(r, na, escapes, n_escapes);
+        fp_fetch_run(r, escapes, n_escapes);
         uint32_t t = 0;
         int m = 0;
 #pragma unroll

@@ -10,8 +10,8 @@
 //            cross-lane prefix sums.
 //
 // HOST GUARANTEES: the codes buffer holds every 8-group's word pair (plus padding); chunk_escapes has
-// ceil(N/2048) + 1 entries, lane_starts 32 per chunk; the escapes buffer is not empty (n_escapes >= 1; a dummy
-// byte when there are none); every table maps code 7 to exponent 0 (escaped bytes are ORed in); N < 2^32.
+// ceil(N/2048) + 1 entries, lane_starts 32 per chunk; the escapes buffer (n_escapes bytes) is the list padded
+// with zeros to whole words plus 16 bytes, 4-byte aligned; every table maps code 7 to exponent 0 (escaped bytes are ORed in); N < 2^32.
 // The kernels still clamp escape reads to n_escapes.
 
 #pragma once
@@ -58,6 +58,14 @@ __device__ __forceinline__ void fp_fetch(FpLane& r, uint32_t total, const uint8_
         if (t < total) r.held |= (unsigned long long)__ldg(escapes + min(fp_rank(r, t), n_escapes - 1)) << (8 * t);
 }
 
+// Fetches escapes 0..7 of a lane whose item lies in one chunk (run A only): three aligned words from its start.
+__device__ __forceinline__ void fp_fetch_run(FpLane& r, const uint8_t* escapes, uint32_t n_escapes) {
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(escapes);
+    const uint32_t w = min(r.a >> 2, n_escapes / 4 - 3), sh = 8 * (r.a & 3);
+    const uint32_t w0 = __ldg(words + w), w1 = __ldg(words + w + 1), w2 = __ldg(words + w + 2);
+    r.held = ((unsigned long long)__funnelshift_r(w1, w2, sh) << 32) | __funnelshift_r(w0, w1, sh);
+}
+
 // ORs the escaped exponents of codes v into (lo, hi), whose escaped bytes are 0 (tables map code 7 to 0); t counts
 // the lane's escapes so far in the item. The general form: any number of escapes per item.
 __device__ __forceinline__ void fp_apply(const FpLane& r, uint32_t& t, uint32_t v, const uint8_t* escapes,
@@ -74,16 +82,20 @@ __device__ __forceinline__ void fp_apply(const FpLane& r, uint32_t& t, uint32_t 
     hi = (uint32_t)(e >> 32);
 }
 
-// The same when the lane has at most 8 escapes in the item, all in `held`, which this consumes.
+// The same when the lane has at most 8 escapes in the item, all in `held`, which this consumes. The first escape of
+// the 8 codes is applied without a branch (most 8-groups have none or one); a loop takes the rest.
 __device__ __forceinline__ void fp_apply_held(uint32_t v, unsigned long long& held, uint32_t& lo, uint32_t& hi) {
     uint32_t m = fp_escape_mask(v);
-    if (!m) return;
     unsigned long long e = ((unsigned long long)hi << 32) | lo;
-    do {
+    const unsigned long long y = m ? (held & 0xffull) : 0ull;
+    e |= y << ((((uint32_t)(__ffs(m) - 1) * 86u) >> 5) & 63u);         // bit 3k -> byte k: 8k
+    held = m ? held >> 8 : held;
+    m &= m - 1;
+    while (m) {
         e |= (held & 0xffull) << (((uint32_t)(__ffs(m) - 1) * 86u) >> 5);
         held >>= 8;
         m &= m - 1;
-    } while (m);
+    }
     lo = (uint32_t)e;
     hi = (uint32_t)(e >> 32);
 }

@@ -26,7 +26,7 @@ pub(crate) struct PackedBuffers {
     lane_starts: CudaSlice<u8>,
     n_chunks: u32,
     escapes: CudaSlice<u8>,
-    /// Escapes held (at least 1: the buffer has a dummy byte when there are none).
+    /// Bytes of the escape buffer (the list padded with zeros to whole words, plus 16).
     n_escapes: u32,
     /// Per member, codes 0-3 and 4-7 as little-endian words.
     tables: CudaSlice<u32>,
@@ -51,11 +51,10 @@ impl PackedBuffers {
             .collect();
         let flat: Vec<u32> = host_tables.iter().flatten().copied().collect();
         let ends: Vec<i64> = p.members.iter().map(|m| m.end as i64).collect();
-        let escapes = if p.escapes.is_empty() {
-            vec![0u8]
-        } else {
-            p.escapes.clone()
-        };
+        // Padded with zeros to whole words plus 16 bytes: the kernels read a lane's escapes as
+        // three aligned words from where they start.
+        let mut escapes = p.escapes.clone();
+        escapes.resize(p.escapes.len().div_ceil(4) * 4 + 16, 0);
         Ok(Self {
             codes: device.clone_htod(&p.codes)?,
             chunk_escapes: device.clone_htod(&p.chunk_escapes)?,
