@@ -1,5 +1,6 @@
 // DF11 segment kernels: a fused decode + matrix-vector product (small batch), its BF16 twin, and a
-// decode-to-global kernel, all driven by a SEGMENT INDEX built on the host at load time.
+// decode-to-global kernel, all driven by a SEGMENT INDEX built on the host at load time; and the fused
+// product over PACKED EXPONENTS.
 // Written for this project from the format description (docs/df11-format.md); no code from the official decode.cu.
 //
 // ---------------------------------------------------------------------------------------------------------------
@@ -24,9 +25,13 @@
 // stage with cp.async, while the current item decodes and multiplies; sign_mantissa of the current item is
 // loaded before its decode.
 //
-// MEASURED (H100, Qwen3-8B layer, batch 1; docs/PERFORMANCE.md): 0.259 ms for the 7 matrices vs 0.174 ms for
-// cuBLAS BF16. Limit (ncu): ~25 instructions per weight, issue slots ~55% busy, shared-memory bank conflicts
-// (2.7-way loads, 2.0-way stores: random table lookups and per-lane byte stores), 45% occupancy.
+// PACKED EXPONENTS (df11_packed.cuh; the default device form where it fits): the same GEMV with each lane's
+// exponents read from fixed 3-bit codes instead of decoded from the Huffman stream (fp_item below).
+//
+// MEASURED (H100, Qwen3-8B layer, batch 1; docs/PERFORMANCE.md): Huffman 0.258 ms, packed 0.194 ms for the 7
+// matrices vs 0.174 ms for cuBLAS BF16 and 0.184 ms for the twin. Huffman limit (ncu): ~25 instructions per weight,
+// issue slots ~55% busy, shared-memory bank conflicts (2.7-way loads, 2.0-way stores), 45% occupancy. Packed: ~0.4
+// warp-instructions per weight, about half of them the escapes (an escape in nearly every 256-weight pass).
 //
 // SUMMATION ORDER (the contract shared by df11_gemv and bf16_gemv, which differ only in where w comes from):
 //   lane l sums, for e = 8l, 8l + 256, ... < W, the 8 products of columns e..e+7 in order (fmaf into one f32

@@ -41,14 +41,15 @@ impl std::str::FromStr for MatmulPath {
 }
 
 /// Rows (tokens) up to which [`MatmulPath::Auto`] takes the fused kernel: the crossover measured
-/// on an H100 for the seven matrices of a Qwen3-8B layer (docs/PERFORMANCE.md, `gpu_bench`):
+/// on an H100 for the seven matrices of a Qwen3-8B layer (docs/PERFORMANCE.md, `gpu_bench`), for
+/// both device forms of the exponents (`crate::packed`):
 ///
-/// | rows | fused DF11 | DF11 decode + cuBLAS |
-/// |------|-----------:|---------------------:|
-/// | 1    | 0.286 ms   | 0.521 ms             |
-/// | 2    | 0.318 ms   | 0.515 ms             |
-/// | 4    | 0.445 ms   | 0.532 ms             |
-/// | 8    | 0.707 ms   | 0.514 ms             |
+/// | rows | fused, packed | decode + cuBLAS, packed | fused, Huffman | decode + cuBLAS, Huffman |
+/// |------|--------------:|------------------------:|---------------:|-------------------------:|
+/// | 1    | 0.194 ms      | 0.495 ms                | 0.258 ms       | 0.516 ms                 |
+/// | 2    | 0.269 ms      | 0.492 ms                | 0.309 ms       | 0.512 ms                 |
+/// | 4    | 0.391 ms      | 0.492 ms                | 0.454 ms       | 0.513 ms                 |
+/// | 8    | 0.680 ms      | 0.491 ms                | 0.703 ms       | 0.512 ms                 |
 pub const FUSED_MAX_ROWS: usize = 4;
 
 /// Most rows one fused launch handles (the kernel keeps one accumulator per row in registers).
