@@ -170,6 +170,19 @@ fn walk_block(
         j += 1;
         bit += len;
     }
+    check_block_end(t, layout, b, last, bit)?;
+    Ok(Some(bit))
+}
+
+/// Checks where block `b`'s codes end (`bit`, after element `last`): inside the stream for the
+/// last block holding elements, else exactly where the next block's first code starts.
+pub(crate) fn check_block_end(
+    t: &UnitTensors<'_>,
+    layout: &UnitLayout,
+    b: usize,
+    last: usize,
+    bit: u64,
+) -> Result<(), UnitDefect> {
     if last == layout.n_elements {
         if bit > layout.n_bytes as u64 * 8 {
             return Err(UnitDefect::Stream(format!(
@@ -186,7 +199,7 @@ fn walk_block(
             )));
         }
     }
-    Ok(Some(bit))
+    Ok(())
 }
 
 /// The GPU's 12-bit table: up to three symbols per entry, from the CPU table's (up to four).
