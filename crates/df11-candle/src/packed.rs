@@ -156,39 +156,44 @@ impl PackedExponents {
                 c
             })
             .collect();
-        // Every element's code, member by member, in parallel.
-        let mut code = vec![0u8; n];
-        for (m, range) in members.iter().enumerate() {
-            code[range.clone()]
-                .par_chunks_mut(1 << 16)
-                .zip(exponents[range.clone()].par_chunks(1 << 16))
-                .for_each(|(c, e)| {
-                    for (c, e) in c.iter_mut().zip(e) {
-                        *c = code_of[m][*e as usize];
-                    }
-                });
-        }
+        // The 8-group at element j (a multiple of 8): its codes as 24 bits, and one bit per escape.
+        let group8 = |j: usize| -> (u32, u32) {
+            let map = &code_of[members.partition_point(|m| m.end <= j)];
+            let (mut bits, mut escaped) = (0u32, 0u32);
+            for (k, &e) in exponents[j..(j + 8).min(n)].iter().enumerate() {
+                let c = map[e as usize] as u32;
+                bits |= c << (3 * k);
+                escaped |= ((c == ESCAPE as u32) as u32) << k;
+            }
+            (bits, escaped)
+        };
 
-        // Codes, 32 elements (three words) at a time, in parallel.
+        // Codes, 32 elements (four 8-groups, three words) at a time, in parallel.
         let n_words = (3 * n).div_ceil(32) + 1;
         let mut codes = vec![0u32; n_words.div_ceil(3) * 3];
         codes
             .par_chunks_mut(3 * 1024)
-            .zip(code.par_chunks(32 * 1024))
-            .for_each(|(words, elements)| {
-                for (triple, group) in words.chunks_mut(3).zip(elements.chunks(32)) {
-                    let bits = group
-                        .iter()
-                        .enumerate()
-                        .fold(0u128, |b, (k, &c)| b | (c as u128) << (3 * k));
-                    for (i, w) in triple.iter_mut().enumerate() {
-                        *w = (bits >> (32 * i)) as u32;
-                    }
+            .enumerate()
+            .for_each(|(c, words)| {
+                for (t, triple) in words.chunks_mut(3).enumerate() {
+                    let first = (c * 1024 + t) * 32;
+                    let g: [u32; 4] = std::array::from_fn(|q| {
+                        if first + 8 * q < n {
+                            group8(first + 8 * q).0
+                        } else {
+                            0
+                        }
+                    });
+                    let packed = [
+                        g[0] | g[1] << 24,
+                        g[1] >> 8 | g[2] << 16,
+                        g[2] >> 16 | g[3] << 8,
+                    ];
+                    triple.copy_from_slice(&packed[..triple.len()]);
                 }
             });
 
         // Each chunk's escapes, lane-major, in parallel; then the chunk bases.
-        let is_escape = |j: usize| code[j] == ESCAPE;
         let per_chunk: Vec<Option<(Vec<u8>, [u8; LANES])>> = (0..n.div_ceil(CHUNK))
             .into_par_iter()
             .map(|c| {
@@ -198,8 +203,14 @@ impl PackedExponents {
                     *start = u8::try_from(list.len()).ok()?;
                     for pass in 0..8 {
                         let first = c * CHUNK + 256 * pass + 8 * lane;
-                        let group = first..(first + 8).min(n);
-                        list.extend(group.filter(|&j| is_escape(j)).map(|j| exponents[j]));
+                        if first >= n {
+                            break;
+                        }
+                        let mut escaped = group8(first).1;
+                        while escaped != 0 {
+                            list.push(exponents[first + escaped.trailing_zeros() as usize]);
+                            escaped &= escaped - 1;
+                        }
                     }
                 }
                 Some((list, starts))
