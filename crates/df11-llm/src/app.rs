@@ -166,6 +166,9 @@ pub fn run<A: Architecture>(args: &CommonArgs) -> Result<Generation> {
     if let Some(path) = args.matmul {
         df11_candle::set_matmul_path(path);
     }
+    if let Some(form) = args.exponents {
+        df11_candle::set_exponent_form(form);
+    }
     let device = select_device(args.cpu)?;
     let dtype = select_dtype(args.dtype, &device);
     let opts = LoadOptions {

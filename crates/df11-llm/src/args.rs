@@ -110,6 +110,12 @@ pub struct CommonArgs {
     /// [default: $DF11_MATMUL, else auto]
     #[arg(long)]
     pub matmul: Option<df11_candle::MatmulPath>,
+
+    /// How DF11 units keep their exponents on CUDA: `packed` (re-packed at load into fixed 3-bit
+    /// codes with an escape list), `huffman` (the file's stream plus a segment index), or `auto`
+    /// (packed where it costs at most 3.52 bits per weight). [default: $DF11_EXPONENTS, else auto]
+    #[arg(long)]
+    pub exponents: Option<df11_candle::ExponentForm>,
 }
 
 impl CommonArgs {

@@ -235,4 +235,17 @@ fn errors_exit_non_zero_with_a_message() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("at least 1"), "{stderr}");
+    // Unknown values of the CUDA path flags are refused before anything loads.
+    for (flag, needle) in [
+        ("--exponents", "unknown exponent form"),
+        ("--matmul", "unknown matmul path"),
+    ] {
+        let out = qwen3(
+            &["--model-dir", dir.to_str().unwrap(), flag, "bogus", "--cpu"],
+            &[],
+        );
+        assert!(!out.status.success(), "{flag}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(needle), "{flag}: {stderr}");
+    }
 }
