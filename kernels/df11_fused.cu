@@ -139,6 +139,29 @@ __device__ __forceinline__ void fg_load_x(const __nv_bfloat16* x, float* v) {
 }
 __device__ __forceinline__ void fg_store(__nv_bfloat16* y, float v) { *y = __float2bfloat16_rn(v); }
 
+// THE SUMMATION CONTRACT's inner step, shared by every weight source: adds the 8 products of one lane's columns
+// (weights w as four BF16 pairs, x from xb + b * cols for batch row b) to acc[b], in column order, with fmaf.
+template <int MAXB, typename XT>
+__device__ __forceinline__ void fg_accumulate8(const uint32_t (&w)[4], const XT* xb, int cols, int nb, float* acc) {
+#pragma unroll
+    for (int b = 0; b < MAXB; ++b) {
+        if (MAXB == 1 || b < nb) {                                // the host gives 1 <= nb <= MAXB
+            float v[8];
+            fg_load_x(xb + (long long)b * cols, v);
+            float a = acc[b];
+            a = fmaf(fg_lo(w[0]), v[0], a);
+            a = fmaf(fg_hi(w[0]), v[1], a);
+            a = fmaf(fg_lo(w[1]), v[2], a);
+            a = fmaf(fg_hi(w[1]), v[3], a);
+            a = fmaf(fg_lo(w[2]), v[4], a);
+            a = fmaf(fg_hi(w[2]), v[5], a);
+            a = fmaf(fg_lo(w[3]), v[6], a);
+            a = fmaf(fg_hi(w[3]), v[7], a);
+            acc[b] = a;
+        }
+    }
+}
+
 struct FgShared {
     uint32_t* tab;      // [4096]
     uint8_t* luts;      // [K*256]
@@ -346,23 +369,7 @@ __device__ __forceinline__ void fp_item(const FgShared& s, const FgPacked& pk, c
         uint32_t w[4];
         fg_fuse4(sm[i].x, lo, w[0], w[1]);
         fg_fuse4(sm[i].y, hi, w[2], w[3]);
-#pragma unroll
-        for (int b = 0; b < MAXB; ++b) {
-            if (MAXB == 1 || b < nb) {                            // the host gives 1 <= nb <= MAXB
-                float xv[8];
-                fg_load_x(xl + b * cols + 256 * i, xv);
-                float a = acc[b];
-                a = fmaf(fg_lo(w[0]), xv[0], a);
-                a = fmaf(fg_hi(w[0]), xv[1], a);
-                a = fmaf(fg_lo(w[1]), xv[2], a);
-                a = fmaf(fg_hi(w[1]), xv[3], a);
-                a = fmaf(fg_lo(w[2]), xv[4], a);
-                a = fmaf(fg_hi(w[2]), xv[5], a);
-                a = fmaf(fg_lo(w[3]), xv[6], a);
-                a = fmaf(fg_hi(w[3]), xv[7], a);
-                acc[b] = a;
-            }
-        }
+        fg_accumulate8<MAXB>(w, xl + 256 * i, cols, nb, acc);
     }
 }
 
@@ -465,23 +472,7 @@ __device__ __forceinline__ void fg_gemv(const uint32_t* table, const uint8_t* lu
                         fg_fuse4(sm.x, ex.x, w[0], w[1]);
                         fg_fuse4(sm.y, ex.y, w[2], w[3]);
                     }
-#pragma unroll
-                    for (int b = 0; b < MAXB; ++b) {
-                        if (b < nb) {
-                            float v[8];
-                            fg_load_x(x + (long long)b * cols + c0 + e, v);
-                            float a = acc[b];
-                            a = fmaf(fg_lo(w[0]), v[0], a);
-                            a = fmaf(fg_hi(w[0]), v[1], a);
-                            a = fmaf(fg_lo(w[1]), v[2], a);
-                            a = fmaf(fg_hi(w[1]), v[3], a);
-                            a = fmaf(fg_lo(w[2]), v[4], a);
-                            a = fmaf(fg_hi(w[2]), v[5], a);
-                            a = fmaf(fg_lo(w[3]), v[6], a);
-                            a = fmaf(fg_hi(w[3]), v[7], a);
-                            acc[b] = a;
-                        }
-                    }
+                    fg_accumulate8<MAXB>(w, x + c0 + e, cols, nb, acc);
                 }
                 __syncwarp();                                   // exps are rewritten by the next item
             } else if (HUFF && nW > 0) {

@@ -250,6 +250,38 @@ pub(crate) fn twin_linear(
     apply_rows(x, cols, out, bias, |x2| w.apply_op2_no_bwd(x2, &TwinGemvOp)).map(Some)
 }
 
+/// Checks a fused DF11 product before launch: `sign_mantissa` (layout `sm_l`) is the unit's whole
+/// buffer of `n_elements`, `x` (layout `x_l`) holds 1 to [`FUSED_LIMIT_ROWS`] rows of `cols`, `cols`
+/// and `base` are multiples of 8 and the `[rows, cols]` matrix at `base` lies inside the unit.
+/// Returns the number of rows of `x`.
+pub(crate) fn check_gemv_call(
+    sm_l: &Layout,
+    n_elements: usize,
+    x_l: &Layout,
+    base: usize,
+    rows: usize,
+    cols: usize,
+) -> candle_core::Result<usize> {
+    if sm_l.start_offset() != 0 || !sm_l.is_contiguous() || sm_l.shape().elem_count() != n_elements
+    {
+        candle_core::bail!("df11: sign_mantissa must be the unit's whole contiguous buffer");
+    }
+    let nb = x_l.shape().elem_count().checked_div(cols).unwrap_or(0);
+    if nb == 0 || nb > FUSED_LIMIT_ROWS || !cols.is_multiple_of(8) || !base.is_multiple_of(8) {
+        candle_core::bail!("df11: fused kernel called with {nb} rows, cols {cols}, base {base}");
+    }
+    if rows
+        .checked_mul(cols)
+        .and_then(|n| n.checked_add(base))
+        .is_none_or(|end| end > n_elements)
+    {
+        candle_core::bail!(
+            "df11: the [{rows}, {cols}] matrix at element {base} is outside the unit"
+        );
+    }
+    Ok(nb)
+}
+
 /// The fused DF11 product: arguments `sign_mantissa` (the whole unit) and `x` `[nb, cols]`;
 /// result `[nb, rows]` = x · Wᵀ for the member at unit element `base`.
 pub(crate) struct Df11GemvOp<'a> {
@@ -283,23 +315,7 @@ impl CustomOp2 for Df11GemvOp<'_> {
     ) -> candle_core::Result<(CudaStorage, Shape)> {
         let dev = sm.device().clone();
         let (rows, cols) = (self.rows, self.cols);
-        let nb = x_l.shape().elem_count() / cols;
-        if sm_l.start_offset() != 0 || !sm_l.is_contiguous() {
-            candle_core::bail!("df11: sign_mantissa must be a whole contiguous buffer");
-        }
-        if nb == 0
-            || nb > FUSED_LIMIT_ROWS
-            || !cols.is_multiple_of(8)
-            || !self.base.is_multiple_of(8)
-        {
-            candle_core::bail!(
-                "df11: fused kernel called with {nb} rows, cols {cols}, base {}",
-                self.base
-            );
-        }
-        if self.base + rows * cols > self.unit.n_elements {
-            candle_core::bail!("df11: member outside the unit");
-        }
+        let nb = check_gemv_call(sm_l, self.unit.n_elements, x_l, self.base, rows, cols)?;
         let Some(tiling) = Tiling::new(rows, cols) else {
             candle_core::bail!("df11: {cols} columns are too many for the fused kernel");
         };

@@ -11,9 +11,9 @@ use candle_core::{CpuStorage, CudaStorage, CustomOp2, Layout, Shape};
 use half::bf16;
 
 use crate::fused::{
-    bf16_view, launch_config, launch_config_with, maxb_for, Tiling, CHUNK_WIDTH, MODULE, PTX,
+    bf16_view, check_gemv_call, launch_config, launch_config_with, maxb_for, Tiling, CHUNK_WIDTH,
+    MODULE, PTX,
 };
-use crate::matmul::FUSED_LIMIT_ROWS;
 use crate::packed::PackedExponents;
 
 const DECODE_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_packed.ptx"));
@@ -118,23 +118,7 @@ impl CustomOp2 for PackedGemvOp<'_> {
         let dev = sm.device().clone();
         let u = self.unit;
         let (rows, cols) = (self.rows, self.cols);
-        let nb = x_l.shape().elem_count() / cols.max(1);
-        if sm_l.start_offset() != 0
-            || !sm_l.is_contiguous()
-            || sm_l.shape().elem_count() != u.n_elements
-        {
-            candle_core::bail!("df11: sign_mantissa must be the unit's whole contiguous buffer");
-        }
-        if nb == 0
-            || nb > FUSED_LIMIT_ROWS
-            || !cols.is_multiple_of(8)
-            || !self.base.is_multiple_of(8)
-        {
-            candle_core::bail!(
-                "df11: fused kernel called with {nb} rows, cols {cols}, base {}",
-                self.base
-            );
-        }
+        let nb = check_gemv_call(sm_l, u.n_elements, x_l, self.base, rows, cols)?;
         // One member's table decodes the whole matrix: it must lie inside one member.
         let Some(member) = u.member_of(&(self.base..self.base + rows * cols)) else {
             candle_core::bail!(
