@@ -91,48 +91,36 @@
 
 #![warn(missing_docs)]
 
-pub mod backend;
-pub mod compress;
-pub mod config;
-#[cfg(feature = "cuda")]
-mod cuda;
-pub mod decode;
-pub mod encode;
+pub mod codec;
+pub mod cuda;
 pub mod error;
-#[cfg(feature = "cuda")]
-mod fused;
-pub mod group;
-pub mod huffman;
-pub mod linear;
-pub mod matmul;
-pub mod model;
-#[cfg(feature = "cuda")]
-pub mod ops;
-pub mod packed;
-#[cfg(feature = "cuda")]
-mod packed_ops;
-pub mod patterns;
-pub mod safetensors_index;
-pub mod segments;
+pub mod format;
+pub mod nn;
 pub mod synth;
-pub mod unit;
-pub mod verify;
-pub mod weights;
 
-pub use backend::Df11Backend;
-pub use compress::{compress_model, CompressOptions, CompressProgress, CompressReport};
-pub use config::{Df11Config, Pattern, PatternDict};
-pub use decode::{decode_parallel, decode_sequential, DecodeTable};
-pub use encode::{encode_unit, EncodedUnit};
+// The modules by their former flat paths (`df11_candle::decode`, `df11_candle::unit`, ...), so
+// code written against them keeps compiling.
+pub use codec::{compress, decode, encode, huffman, verify};
+#[cfg(feature = "cuda")]
+pub use cuda::llm_ops as ops;
+pub use cuda::{matmul, packed, segments};
+pub use format::{config, model, patterns, safetensors_index, unit};
+pub use nn::{backend, group, linear, weights};
+
+pub use codec::compress::{compress_model, CompressOptions, CompressProgress, CompressReport};
+pub use codec::decode::{decode_parallel, decode_sequential, DecodeTable};
+pub use codec::encode::{encode_unit, EncodedUnit};
+pub use codec::verify::{verify_model, Difference, VerifyReport};
+pub use cuda::matmul::{matmul_path, set_matmul_path, MatmulPath};
+pub use cuda::packed::{exponent_form, set_exponent_form, ExponentForm, PackedExponents};
+pub use cuda::segments::SegmentIndex;
 pub use error::{Df11Error, Result, UnitDefect};
-pub use group::Df11Group;
-pub use linear::{Df11Embedding, Df11Linear};
-pub use matmul::{matmul_path, set_matmul_path, MatmulPath};
-pub use model::{Df11Model, Df11Unit};
-pub use packed::{exponent_form, set_exponent_form, ExponentForm, PackedExponents};
-pub use patterns::builtin_pattern_dict;
-pub use safetensors_index::{RawTensor, SafetensorsIndex};
-pub use segments::SegmentIndex;
-pub use unit::{UnitLayout, UnitTensors};
-pub use verify::{verify_model, Difference, VerifyReport};
-pub use weights::{Embedding, Linear, ModelWeights, WeightFormat};
+pub use format::config::{Df11Config, Pattern, PatternDict};
+pub use format::model::{Df11Model, Df11Unit};
+pub use format::patterns::builtin_pattern_dict;
+pub use format::safetensors_index::{RawTensor, SafetensorsIndex};
+pub use format::unit::{UnitLayout, UnitTensors};
+pub use nn::backend::Df11Backend;
+pub use nn::group::Df11Group;
+pub use nn::linear::{Df11Embedding, Df11Linear};
+pub use nn::weights::{Embedding, Linear, ModelWeights, WeightFormat};

@@ -1,17 +1,31 @@
-//! The gated MLP's activation, `silu(gate) * up`: one fused launch for BF16 on CUDA
-//! (`df11_candle::ops::silu_mul_bf16`), candle's ops elsewhere.
+//! The gated MLP's activation, `act(gate) * up`: SiLU (one fused launch for BF16 on CUDA,
+//! `df11_candle::ops::silu_mul_bf16`, candle's ops elsewhere) or GELU-tanh computed in f32.
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 use crate::error::Result;
+use crate::spec::Activation;
+
+/// `act(gate) * up`.
+pub fn gated(act: Activation, gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    match act {
+        Activation::Silu => silu_mul(gate, up),
+        Activation::GeluTanh => gelu_tanh_mul(gate, up),
+    }
+}
+
+/// `gelu_tanh(gate) * up`, the GELU computed in f32 (as PyTorch does for any input dtype) and
+/// rounded once to the compute dtype before the product.
+pub fn gelu_tanh_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    let dtype = gate.dtype();
+    let act = gate.to_dtype(DType::F32)?.gelu()?.to_dtype(dtype)?;
+    Ok((act * up)?)
+}
 
 /// `silu(gate) * up`, each result rounded to the dtype as candle's two ops do.
 pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
-    if gate.device().is_cuda()
-        && gate.dtype() == candle_core::DType::BF16
-        && up.dtype() == gate.dtype()
-    {
+    if gate.device().is_cuda() && gate.dtype() == DType::BF16 && up.dtype() == gate.dtype() {
         return Ok(df11_candle::ops::silu_mul_bf16(gate, up)?);
     }
     Ok((candle_nn::ops::silu(gate)? * up)?)

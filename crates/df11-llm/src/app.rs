@@ -15,17 +15,17 @@ use crate::chat::{ChatTemplate, Message};
 use crate::config::{GenerationDefaults, ModelConfig};
 use crate::device::{select_device, select_dtype};
 use crate::error::{LlmError, Result};
-use crate::generate::{generate, CausalLm, Generation, GenerationParams};
+use crate::generate::{generate, Generation, GenerationParams};
+use crate::model::DecoderModel;
 use crate::progress::LoadBar;
 use crate::report::report;
 use crate::sampling::SamplingParams;
 use crate::source::ModelSource;
+use crate::spec::ModelSpec;
 use crate::tokenizer::{encode, load_tokenizer};
 
-/// An architecture: how to recognise its config and build its model from weights.
+/// An architecture: how to recognise its config and map it to the one decoder's options.
 pub trait Architecture {
-    /// The model.
-    type Model: CausalLm;
     /// Display name, e.g. `Qwen3`.
     const NAME: &'static str;
     /// The `model_type` values of its config.json.
@@ -36,12 +36,18 @@ pub trait Architecture {
     /// EOS ids of generation_config.json / config.json when the tokenizer has them.
     const STOP_TOKENS: &'static [&'static str] = &[];
 
-    /// Builds the model; `progress` counts layers (set its length first).
+    /// The model's [`ModelSpec`] from its config (and, where the checkpoint layout varies, the
+    /// names in `weights`). Checks what the architecture does not support.
+    fn spec(config: &ModelConfig, weights: &ModelWeights) -> Result<ModelSpec>;
+
+    /// Builds the model; `progress` counts layers.
     fn load(
         config: &ModelConfig,
         weights: &ModelWeights,
         progress: &LoadBar,
-    ) -> Result<Self::Model>;
+    ) -> Result<DecoderModel> {
+        DecoderModel::load(Self::spec(config, weights)?, weights, progress)
+    }
 }
 
 /// How to load a model.
@@ -60,13 +66,13 @@ pub struct LoadOptions {
 }
 
 /// A loaded model with everything needed to prompt it.
-pub struct Loaded<M> {
+pub struct Loaded {
     /// The model folder.
     pub dir: PathBuf,
     /// Its config.json.
     pub config: ModelConfig,
     /// The model.
-    pub model: M,
+    pub model: DecoderModel,
     /// The tokenizer.
     pub tokenizer: Tokenizer,
     /// The chat template, if the model has one.
@@ -77,7 +83,7 @@ pub struct Loaded<M> {
 
 /// Resolves, checks and loads a model of architecture `A`. Cheap checks (folder, config,
 /// architecture, format, tokenizer) come before any weight is read.
-pub fn load<A: Architecture>(opts: &LoadOptions) -> Result<Loaded<A::Model>> {
+pub fn load<A: Architecture>(opts: &LoadOptions) -> Result<Loaded> {
     let dir = opts.source.resolve(opts.show_progress)?;
     if !dir.is_dir() {
         return Err(LlmError::FolderNotFound { path: dir });
@@ -128,8 +134,8 @@ pub fn load<A: Architecture>(opts: &LoadOptions) -> Result<Loaded<A::Model>> {
 /// The prompt's token ids: the chat template applied to one user message (encoded without
 /// special tokens, as `apply_chat_template` does), or the raw prompt encoded with them.
 /// Falls back to the raw prompt when the model has no template.
-pub fn prompt_ids<M>(
-    loaded: &Loaded<M>,
+pub fn prompt_ids(
+    loaded: &Loaded,
     prompt: &str,
     use_template: bool,
     thinking: bool,

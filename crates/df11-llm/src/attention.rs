@@ -102,6 +102,46 @@ pub fn attention(
         .contiguous()?)
 }
 
+/// `softmax(cap · tanh(q kᵀ · scale / cap) + mask) v` (Gemma 2's attention soft-capping; Gemma 3
+/// releases leave it off). Shapes as [`attention`]; scores and softmax in f32.
+pub fn softcapped_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f64,
+    cap: f64,
+    mask: Option<&Tensor>,
+) -> Result<Tensor> {
+    let (b, heads, _, head_dim) = q.dims4()?;
+    let (_, kv_heads, kv_len, _) = k.dims4()?;
+    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+        return Err(LlmError::Usage(format!(
+            "{heads} query heads cannot share {kv_heads} key/value heads"
+        )));
+    }
+    // Query head h reads key/value head h / (heads / kv_heads), as HF's repeat_kv.
+    let repeat = |t: &Tensor| -> Result<Tensor> {
+        Ok(t.unsqueeze(2)?
+            .broadcast_as((b, kv_heads, heads / kv_heads, kv_len, head_dim))?
+            .reshape((b, heads, kv_len, head_dim))?)
+    };
+    let (k, v) = (repeat(k)?, repeat(v)?);
+    let dtype = q.dtype();
+    let scores = (q.contiguous()?.matmul(&k.t()?)? * scale)?.to_dtype(DType::F32)?;
+    let scores = softcap(&scores, cap)?;
+    let scores = match mask {
+        Some(m) => scores.broadcast_add(m)?,
+        None => scores,
+    };
+    let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(dtype)?;
+    Ok(probs.matmul(&v)?)
+}
+
+/// `cap · tanh(x / cap)`.
+pub fn softcap(x: &Tensor, cap: f64) -> Result<Tensor> {
+    Ok(((x / cap)?.tanh()? * cap)?)
+}
+
 /// `[batch, seq, heads * head_dim]` → `[batch, heads, seq, head_dim]`.
 pub fn split_heads(x: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
     let (b, seq, _) = x.dims3()?;
@@ -186,6 +226,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn softcapped_attention_tends_to_plain_attention() {
+        let dev = Device::Cpu;
+        let q = Tensor::randn(0f32, 1.0, (1, 4, 3, 8), &dev).unwrap();
+        let k = Tensor::randn(0f32, 1.0, (1, 2, 5, 8), &dev).unwrap();
+        let v = Tensor::randn(0f32, 1.0, (1, 2, 5, 8), &dev).unwrap();
+        let mask = causal_mask(3, 2, Some(3), &dev).unwrap();
+        let max_diff = |a: &Tensor, b: &Tensor| {
+            let d = (a - b).unwrap().abs().unwrap().flatten_all().unwrap();
+            d.max(0).unwrap().to_scalar::<f32>().unwrap()
+        };
+        let plain = attention(&q, &k, &v, 0.3, Some(&mask)).unwrap();
+        let capped = softcapped_attention(&q, &k, &v, 0.3, 1e4, Some(&mask)).unwrap();
+        assert!(max_diff(&plain, &capped) < 1e-5);
+        // A small cap changes the result: the scores are really capped.
+        let tight = softcapped_attention(&q, &k, &v, 0.3, 0.1, Some(&mask)).unwrap();
+        assert!(max_diff(&plain, &tight) > 1e-3);
     }
 
     #[test]

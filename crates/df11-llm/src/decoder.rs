@@ -1,94 +1,66 @@
-//! The Llama-style decoder layer shared by Llama, Mistral and Qwen2 (and their DF11 repos):
-//! `x + attn(norm(x))`, then `x + mlp(norm(x))`, with grouped-query self-attention (RoPE, the
-//! biases each family has) and a SiLU-gated MLP. Weights are read through [`ModelWeights`] under
-//! transformers' names, so the same layer runs a DF11 folder and a plain BF16 one.
+//! The decoder layer every architecture runs: `x + attn(norm(x))`, then `x + mlp(norm(x))`
+//! (Gemma: each sub-block's output normed too), with grouped-query self-attention (RoPE, the
+//! biases, q/k norms and scale each family has) and a gated MLP. What varies is a
+//! [`DecoderSpec`]. Weights are read through [`ModelWeights`] under transformers' names, so the
+//! same layer runs a DF11 folder and a plain BF16 one.
 
 use candle_core::{Module, Tensor};
 use df11_candle::{Linear, ModelWeights};
 
-use crate::attention::{attention, merge_heads, split_heads};
+use crate::activation::gated;
+use crate::attention::{attention, merge_heads, softcapped_attention, split_heads};
 use crate::error::Result;
 use crate::kv_cache::KvCache;
 use crate::norm::RmsNorm;
 use crate::rope::apply_rope;
+use crate::spec::DecoderSpec;
 
-/// The sizes and options of a Llama-style decoder layer.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DecoderSpec {
-    /// Hidden size.
-    pub hidden_size: usize,
-    /// MLP inner size.
-    pub intermediate_size: usize,
-    /// Query heads.
-    pub num_attention_heads: usize,
-    /// Key/value heads (a divisor of `num_attention_heads`).
-    pub num_key_value_heads: usize,
-    /// Head size (may differ from `hidden_size / num_attention_heads`, e.g. Mistral-Nemo).
-    pub head_dim: usize,
-    /// RMSNorm epsilon.
-    pub rms_norm_eps: f64,
-    /// q/k/v projections have biases (Qwen2; Llama's `attention_bias`).
-    pub qkv_bias: bool,
-    /// o_proj has a bias (Llama's `attention_bias`).
-    pub o_bias: bool,
-    /// gate/up/down have biases (Llama's `mlp_bias`).
-    pub mlp_bias: bool,
-    /// Positions the KV cache may hold (the context length).
-    pub max_positions: usize,
+/// A norm of module `{prefix}.{name}` of the spec's flavour.
+fn norm(spec: &DecoderSpec, w: &ModelWeights, prefix: &str, size: usize) -> Result<RmsNorm> {
+    RmsNorm::load_kind(w, prefix, size, spec.rms_norm_eps, spec.norm)
 }
 
-impl DecoderSpec {
-    /// Why the sizes cannot work, if they cannot.
-    pub fn problem(&self) -> Option<String> {
-        let (h, kv) = (self.num_attention_heads, self.num_key_value_heads);
-        if h == 0 || kv == 0 || !h.is_multiple_of(kv) {
-            return Some(format!(
-                "{h} attention heads cannot share {kv} key/value heads"
-            ));
-        }
-        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
-            return Some(format!(
-                "head_dim {} is not a positive even number",
-                self.head_dim
-            ));
-        }
-        None
-    }
+/// Gemma's extra norms around the MLP.
+struct Sandwich {
+    pre_feedforward: RmsNorm,
+    post_feedforward: RmsNorm,
 }
 
 /// One decoder layer, `{prefix}.input_layernorm`, `.self_attn.*`, `.post_attention_layernorm`,
-/// `.mlp.*`.
+/// `.mlp.*` (and Gemma's `.pre_feedforward_layernorm`, `.post_feedforward_layernorm`).
 pub struct DecoderLayer {
     input_layernorm: RmsNorm,
     self_attn: SelfAttention,
+    /// Llama-style: the MLP's input norm. Gemma: the attention output's norm.
     post_attention_layernorm: RmsNorm,
+    sandwich: Option<Sandwich>,
     mlp: GatedMlp,
 }
 
 impl DecoderLayer {
     /// Loads the layer at `prefix` (e.g. `model.layers.3`).
     pub fn load(spec: &DecoderSpec, weights: &ModelWeights, prefix: &str) -> Result<Self> {
-        let (hidden, eps) = (spec.hidden_size, spec.rms_norm_eps);
+        let hidden = spec.hidden_size;
+        let layer_norm = |name: &str| norm(spec, weights, &format!("{prefix}.{name}"), hidden);
+        let sandwich = if spec.sandwich_norms {
+            Some(Sandwich {
+                pre_feedforward: layer_norm("pre_feedforward_layernorm")?,
+                post_feedforward: layer_norm("post_feedforward_layernorm")?,
+            })
+        } else {
+            None
+        };
         Ok(Self {
-            input_layernorm: RmsNorm::load(
-                weights,
-                &format!("{prefix}.input_layernorm"),
-                hidden,
-                eps,
-            )?,
+            input_layernorm: layer_norm("input_layernorm")?,
             self_attn: SelfAttention::load(spec, weights, &format!("{prefix}.self_attn"))?,
-            post_attention_layernorm: RmsNorm::load(
-                weights,
-                &format!("{prefix}.post_attention_layernorm"),
-                hidden,
-                eps,
-            )?,
+            post_attention_layernorm: layer_norm("post_attention_layernorm")?,
+            sandwich,
             mlp: GatedMlp::load(spec, weights, &format!("{prefix}.mlp"))?,
         })
     }
 
     /// `x` (`[batch, seq, hidden]`) at the positions of the rotary tables `cos`/`sin`; `mask` is
-    /// the additive causal mask (`None` for a single position).
+    /// the additive causal mask (`None` when every cached key is visible to the one query).
     pub fn forward(
         &mut self,
         x: &Tensor,
@@ -99,11 +71,20 @@ impl DecoderLayer {
         let h = self
             .self_attn
             .forward(&self.input_layernorm.forward(x)?, cos, sin, mask)?;
-        let x = (x + h)?;
-        let h = self
-            .mlp
-            .forward(&self.post_attention_layernorm.forward(&x)?)?;
-        Ok((x + h)?)
+        match &self.sandwich {
+            None => {
+                let x = (x + h)?;
+                let h = self
+                    .mlp
+                    .forward(&self.post_attention_layernorm.forward(&x)?)?;
+                Ok((x + h)?)
+            }
+            Some(s) => {
+                let x = (x + self.post_attention_layernorm.forward(&h)?)?;
+                let h = self.mlp.forward(&s.pre_feedforward.forward(&x)?)?;
+                Ok((&x + s.post_feedforward.forward(&h)?)?)
+            }
+        }
     }
 
     /// The layer's KV cache.
@@ -112,39 +93,86 @@ impl DecoderLayer {
     }
 }
 
+/// The q/k/v projections: three, or one whose rows are `[q; k; v]`.
+enum QkvProj {
+    Separate { q: Linear, k: Linear, v: Linear },
+    Fused(Linear),
+}
+
 /// Grouped-query self-attention with RoPE on queries and keys and a KV cache.
 pub struct SelfAttention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
+    qkv: QkvProj,
     o_proj: Linear,
+    /// Per-head norms of queries and keys (before RoPE).
+    qk_norm: Option<(RmsNorm, RmsNorm)>,
     heads: usize,
     kv_heads: usize,
     head_dim: usize,
+    scale: f64,
+    softcap: Option<f64>,
     cache: KvCache,
 }
 
 impl SelfAttention {
-    /// Loads `{prefix}.{q,k,v,o}_proj`.
+    /// Loads `{prefix}.{q,k,v,o}_proj` (or `qkv_proj`, `o_proj`) and the q/k norms.
     pub fn load(spec: &DecoderSpec, weights: &ModelWeights, prefix: &str) -> Result<Self> {
         let (hidden, d) = (spec.hidden_size, spec.head_dim);
         let (heads, kv_heads) = (spec.num_attention_heads, spec.num_key_value_heads);
         let linear = |name: &str, out: usize, inp: usize, bias: bool| {
             weights.linear(&format!("{prefix}.{name}"), out, inp, bias)
         };
+        let qkv = if spec.fused_qkv {
+            let rows = (heads + 2 * kv_heads) * d;
+            QkvProj::Fused(linear("qkv_proj", rows, hidden, spec.qkv_bias)?)
+        } else {
+            QkvProj::Separate {
+                q: linear("q_proj", heads * d, hidden, spec.qkv_bias)?,
+                k: linear("k_proj", kv_heads * d, hidden, spec.qkv_bias)?,
+                v: linear("v_proj", kv_heads * d, hidden, spec.qkv_bias)?,
+            }
+        };
+        let qk_norm = if spec.qk_norm {
+            let head_norm = |name: &str| norm(spec, weights, &format!("{prefix}.{name}"), d);
+            Some((head_norm("q_norm")?, head_norm("k_norm")?))
+        } else {
+            None
+        };
         Ok(Self {
-            q_proj: linear("q_proj", heads * d, hidden, spec.qkv_bias)?,
-            k_proj: linear("k_proj", kv_heads * d, hidden, spec.qkv_bias)?,
-            v_proj: linear("v_proj", kv_heads * d, hidden, spec.qkv_bias)?,
+            qkv,
             o_proj: linear("o_proj", hidden, heads * d, spec.o_bias)?,
+            qk_norm,
             heads,
             kv_heads,
             head_dim: d,
+            scale: spec.attention_scale,
+            softcap: spec.attn_softcap,
             cache: KvCache::new(spec.max_positions),
         })
     }
 
-    /// `softmax(q kᵀ / √d + mask) v` over the cached and the new positions, projected back.
+    /// Queries, keys and values of `x`, `[batch, heads, seq, head_dim]` each.
+    fn project(&self, x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+        let d = self.head_dim;
+        let (q, k, v) = match &self.qkv {
+            QkvProj::Separate { q, k, v } => (q.forward(x)?, k.forward(x)?, v.forward(x)?),
+            QkvProj::Fused(qkv) => {
+                let (q_width, kv_width) = (self.heads * d, self.kv_heads * d);
+                let all = qkv.forward(x)?;
+                (
+                    all.narrow(2, 0, q_width)?,
+                    all.narrow(2, q_width, kv_width)?,
+                    all.narrow(2, q_width + kv_width, kv_width)?,
+                )
+            }
+        };
+        Ok((
+            split_heads(&q, self.heads, d)?,
+            split_heads(&k, self.kv_heads, d)?,
+            split_heads(&v, self.kv_heads, d)?,
+        ))
+    }
+
+    /// `softmax(q kᵀ · scale + mask) v` over the cached and the new positions, projected back.
     pub fn forward(
         &mut self,
         x: &Tensor,
@@ -152,45 +180,75 @@ impl SelfAttention {
         sin: &Tensor,
         mask: Option<&Tensor>,
     ) -> Result<Tensor> {
-        let d = self.head_dim;
-        let q = split_heads(&self.q_proj.forward(x)?, self.heads, d)?;
-        let k = split_heads(&self.k_proj.forward(x)?, self.kv_heads, d)?;
-        let v = split_heads(&self.v_proj.forward(x)?, self.kv_heads, d)?;
+        let (q, k, v) = self.project(x)?;
+        let (q, k) = match &self.qk_norm {
+            Some((qn, kn)) => (qn.forward(&q)?, kn.forward(&k)?),
+            None => (q, k),
+        };
+        // Tables narrower than the head rotate its first features only (partial rotary).
         let q = apply_rope(&q, cos, sin)?;
         let k = apply_rope(&k, cos, sin)?;
         let (k, v) = self.cache.append(&k, &v)?;
-        let out = attention(&q, &k, &v, 1.0 / (d as f64).sqrt(), mask)?;
+        let out = match self.softcap {
+            None => attention(&q, &k, &v, self.scale, mask)?,
+            Some(cap) => softcapped_attention(&q, &k, &v, self.scale, cap, mask)?,
+        };
         Ok(self.o_proj.forward(&merge_heads(&out)?)?)
     }
 }
 
-/// The SiLU-gated MLP: `down(silu(gate(x)) * up(x))`.
+/// The gate/up projections: two, or one whose rows are `[gate; up]`.
+enum GateUpProj {
+    Separate { gate: Linear, up: Linear },
+    Fused(Linear),
+}
+
+/// The gated MLP: `down(act(gate(x)) * up(x))`.
 pub struct GatedMlp {
-    gate_proj: Linear,
-    up_proj: Linear,
+    gate_up: GateUpProj,
     down_proj: Linear,
+    intermediate: usize,
+    activation: crate::spec::Activation,
 }
 
 impl GatedMlp {
-    /// Loads `{prefix}.{gate,up,down}_proj`.
+    /// Loads `{prefix}.{gate,up,down}_proj` (or `gate_up_proj`, `down_proj`).
     pub fn load(spec: &DecoderSpec, weights: &ModelWeights, prefix: &str) -> Result<Self> {
         let (hidden, inter, bias) = (spec.hidden_size, spec.intermediate_size, spec.mlp_bias);
         let linear = |name: &str, out: usize, inp: usize| {
             weights.linear(&format!("{prefix}.{name}"), out, inp, bias)
         };
+        let gate_up = if spec.fused_gate_up {
+            GateUpProj::Fused(linear("gate_up_proj", 2 * inter, hidden)?)
+        } else {
+            GateUpProj::Separate {
+                gate: linear("gate_proj", inter, hidden)?,
+                up: linear("up_proj", inter, hidden)?,
+            }
+        };
         Ok(Self {
-            gate_proj: linear("gate_proj", inter, hidden)?,
-            up_proj: linear("up_proj", inter, hidden)?,
+            gate_up,
             down_proj: linear("down_proj", hidden, inter)?,
+            intermediate: inter,
+            activation: spec.activation,
         })
     }
 
     /// Applies the MLP.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gate = self.gate_proj.forward(x)?;
-        let up = self.up_proj.forward(x)?;
+        let (gate, up) = match &self.gate_up {
+            GateUpProj::Separate { gate, up } => (gate.forward(x)?, up.forward(x)?),
+            GateUpProj::Fused(gate_up) => {
+                let both = gate_up.forward(x)?;
+                let last = both.rank() - 1;
+                (
+                    both.narrow(last, 0, self.intermediate)?,
+                    both.narrow(last, self.intermediate, self.intermediate)?,
+                )
+            }
+        };
         Ok(self
             .down_proj
-            .forward(&crate::activation::silu_mul(&gate, &up)?)?)
+            .forward(&gated(self.activation, &gate, &up)?)?)
     }
 }

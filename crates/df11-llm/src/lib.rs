@@ -1,10 +1,11 @@
 //! Shared machinery for DF11 language models on candle.
 //!
-//! A model crate (e.g. `qwen3-df11`) implements [`Architecture`] and [`CausalLm`] with the
-//! building blocks here ([`RmsNorm`], [`RotaryEmbedding`], [`KvCache`], [`attention`]) and gets
-//! the rest for free: model source (local folder or Hugging Face Hub through the HF cache),
+//! Every architecture runs through one decoder, [`DecoderModel`]: a model crate (e.g.
+//! `qwen3-df11`) implements [`Architecture`] by mapping its `config.json` to a [`ModelSpec`]
+//! (fused projections, biases, q/k norms, Gemma's norms, windows, RoPE, scales) and gets the
+//! rest for free: model source (local folder or Hugging Face Hub through the HF cache),
 //! tokenizer and chat template, the generation loop with sampling, the shared CLI flags
-//! ([`CommonArgs`]) and the report.
+//! ([`CommonArgs`]), the report, and the model tests ([`testing`]).
 
 #![warn(missing_docs)]
 
@@ -21,33 +22,40 @@ pub mod error;
 pub mod generate;
 pub mod kv_cache;
 pub mod memory;
+pub mod model;
 pub mod norm;
 pub mod progress;
 pub mod report;
 pub mod rope;
 pub mod sampling;
 pub mod source;
+pub mod spec;
 pub mod testing;
+pub mod text_config;
 pub mod tie;
 pub mod tokenizer;
 
 pub use app::{load, prompt_ids, run, sampling_params, Architecture, LoadOptions, Loaded};
 pub use args::{parse_args, CommonArgs, ComputeDtype};
 pub use attention::{
-    attention, causal_mask, decoder_mask, last_position, merge_heads, split_heads,
+    attention, causal_mask, decoder_mask, last_position, merge_heads, softcap,
+    softcapped_attention, split_heads,
 };
 pub use chat::{ChatTemplate, Message};
 pub use config::{GenerationDefaults, ModelConfig, RopeConfig};
-pub use decoder::{DecoderLayer, DecoderSpec, GatedMlp, SelfAttention};
+pub use decoder::{DecoderLayer, GatedMlp, SelfAttention};
 pub use device::{select_device, select_dtype};
 pub use error::{LlmError, Result};
 pub use generate::{generate, CausalLm, Generation, GenerationParams};
 pub use kv_cache::KvCache;
 pub use memory::PeakMemory;
+pub use model::DecoderModel;
 pub use norm::RmsNorm;
 pub use progress::LoadBar;
 pub use rope::{apply_rope, default_inv_freq, RopeScaling, RotaryEmbedding};
 pub use sampling::{Sampler, SamplingParams};
 pub use source::ModelSource;
+pub use spec::{Activation, DecoderSpec, LayerSpec, ModelSpec, NormKind, RopeSpec, WeightNames};
+pub use text_config::{TextConfig, TextDefaults};
 pub use tie::output_projection;
 pub use tokenizer::{encode, load_tokenizer, TextStream};

@@ -1,45 +1,91 @@
-//! RMSNorm with transformers' semantics: normalise in f32, convert back to the compute dtype,
-//! then multiply by the weight (`weight * (x * rsqrt(mean(x²) + eps)).to(dtype)`).
+//! RMSNorm with transformers' semantics, in both flavours the architectures use:
+//! - [`NormKind::Weight`] (Llama, Qwen, Mistral, Phi): normalise in f32, convert back to the
+//!   compute dtype, then multiply by the weight (`weight * (x * rsqrt(mean(x²) + eps)).to(dtype)`);
+//! - [`NormKind::OnePlusWeight`] (Gemma): normalise and multiply by `1 + w` in f32, then convert
+//!   (`(x32 * rsqrt(mean(x32²) + eps) * (1 + w32)).to(dtype)`).
 
 use candle_core::{DType, Module, Tensor};
 use df11_candle::ModelWeights;
 
 use crate::error::Result;
+use crate::spec::NormKind;
 
 /// An RMSNorm layer.
 #[derive(Debug, Clone)]
 pub struct RmsNorm {
+    /// `Weight`: the weight in the compute dtype; `OnePlusWeight`: `1 + w` in f32.
     weight: Tensor,
-    /// All ones, f32, for the fused kernel's normalise-only pass.
+    /// All ones, f32, for the normalise-only pass of `Weight` in a half dtype.
     ones: Tensor,
     eps: f32,
+    kind: NormKind,
 }
 
 impl RmsNorm {
-    /// A norm with `weight` (in the compute dtype) and `eps`.
+    /// A [`NormKind::Weight`] norm with `weight` (in the compute dtype) and `eps`.
     pub fn new(weight: Tensor, eps: f64) -> Result<Self> {
         let ones = Tensor::ones(weight.dims1()?, DType::F32, weight.device())?;
         Ok(Self {
             weight,
             ones,
             eps: eps as f32,
+            kind: NormKind::Weight,
         })
     }
 
-    /// The norm of module `module` (weight `{module}.weight`, `[size]`) in the compute dtype.
-    pub fn load(weights: &ModelWeights, module: &str, size: usize, eps: f64) -> Result<Self> {
-        Self::new(weights.tensor(&format!("{module}.weight"), &[size])?, eps)
+    /// A [`NormKind::OnePlusWeight`] norm with weight `w` (any float dtype; `1 + w` is formed
+    /// in f32).
+    pub fn one_plus(w: &Tensor, eps: f64) -> Result<Self> {
+        let scale = w.to_dtype(DType::F32)?.affine(1.0, 1.0)?;
+        Ok(Self {
+            ones: scale.clone(),
+            weight: scale,
+            eps: eps as f32,
+            kind: NormKind::OnePlusWeight,
+        })
     }
 
-    /// The weight.
+    /// The norm of module `module` (weight `{module}.weight`, `[size]`).
+    pub fn load(weights: &ModelWeights, module: &str, size: usize, eps: f64) -> Result<Self> {
+        Self::load_kind(weights, module, size, eps, NormKind::Weight)
+    }
+
+    /// The norm of module `module` of flavour `kind`.
+    pub fn load_kind(
+        weights: &ModelWeights,
+        module: &str,
+        size: usize,
+        eps: f64,
+        kind: NormKind,
+    ) -> Result<Self> {
+        let name = format!("{module}.weight");
+        match kind {
+            NormKind::Weight => Self::new(weights.tensor(&name, &[size])?, eps),
+            NormKind::OnePlusWeight => {
+                Self::one_plus(&weights.tensor_as(&name, &[size], DType::F32)?, eps)
+            }
+        }
+    }
+
+    /// The weight (`Weight`) or `1 + w` in f32 (`OnePlusWeight`).
     pub fn weight(&self) -> &Tensor {
         &self.weight
+    }
+
+    /// The flavour.
+    pub fn kind(&self) -> NormKind {
+        self.kind
     }
 }
 
 impl Module for RmsNorm {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let x = x.contiguous()?;
+        if self.kind == NormKind::OnePlusWeight {
+            let dtype = x.dtype();
+            let x32 = x.to_dtype(DType::F32)?;
+            return candle_nn::ops::rms_norm(&x32, &self.weight, self.eps)?.to_dtype(dtype);
+        }
         // CUDA, BF16: the same formula in one launch instead of four.
         #[cfg(feature = "cuda")]
         if x.device().is_cuda() && x.dtype() == DType::BF16 && self.weight.dtype() == DType::BF16 {

@@ -2,15 +2,17 @@
 //! names (`model.language_model.…`) and a text-only `Gemma3ForCausalLM` (`model.…`, flat config,
 //! no vision weights at all). Made from the BF16 fixture by renaming its tensors.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
-use common::*;
+use df11_llm::testing::{
+    assert_logits_close, floats, ids, input, model_dir, reference, values, ModelUnderTest,
+};
 use df11_llm::CausalLm;
 use serde_json::Value;
+
+const NAME: &str = "gemma3-tiny";
 
 /// A copy of the BF16 fixture with tensors renamed by `rename` (dropped on `None`) and the config
 /// rewritten by `edit`.
@@ -42,7 +44,8 @@ fn variant(
 
 fn logits(dir: &Path) -> Vec<f32> {
     let prompt = ids(&reference(NAME)["prompt_ids"]);
-    let mut loaded = load_dir(dir, true, DType::F32);
+    let gemma = ModelUnderTest::of::<gemma3_df11::Gemma3Arch>(&[NAME], "gemma3-df11".into());
+    let mut loaded = gemma.load_dir(dir, true, DType::F32);
     values(&loaded.model.forward(&input(&prompt), 0).unwrap())
 }
 

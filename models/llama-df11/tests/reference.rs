@@ -1,84 +1,19 @@
-//! The model against transformers' float32 reference: prompt ids, last-position logits (DF11 and
-//! BF16 folders), a prefill split over the KV cache, and the greedy continuation.
-
-mod common;
+//! What is particular to Llama: the llama3 RoPE scaling is what makes the logits match (the
+//! shared reference tests would not notice a scaling applied wrongly otherwise), and generation
+//! stops at any id of a list of EOS ids (Llama 3.1 lists several).
 
 use candle_core::DType;
-use common::*;
-use df11_llm::{encode, generate, CausalLm, GenerationParams, SamplingParams};
+use df11_llm::testing::ModelUnderTest;
+use df11_llm::testing::{copy_fixture, floats, ids, input, model_dir, reference, values};
+use df11_llm::CausalLm;
 
-#[test]
-fn prompt_ids_match_the_reference_tokenizer() {
-    for name in MODELS {
-        let r = reference(name);
-        let loaded = load_fixture(name, "df11", DType::F32);
-        assert_eq!(r["add_special_tokens"], true);
-        let got = encode(&loaded.tokenizer, r["prompt"].as_str().unwrap(), true).unwrap();
-        assert_eq!(got, ids(&r["prompt_ids"]), "{name}");
-    }
-}
+const MODELS: [&str; 1] = ["llama-tiny"];
 
-#[test]
-fn last_logits_match_the_f32_reference() {
-    for name in MODELS {
-        let r = reference(name);
-        let want = floats(&r["last_logits"]);
-        for kind in ["df11", "bf16"] {
-            let mut loaded = load_fixture(name, kind, DType::F32);
-            let logits = loaded
-                .model
-                .forward(&input(&ids(&r["prompt_ids"])), 0)
-                .unwrap();
-            assert_eq!(logits.dims(), &[1, want.len()]);
-            let got = logits.squeeze(0).unwrap().to_vec1::<f32>().unwrap();
-            assert_logits_close(&format!("{name}/{kind}"), &got, &want);
-        }
-    }
-}
-
-#[test]
-fn logits_do_not_depend_on_how_the_prompt_is_split() {
-    // Prefill in chunks through the KV cache gives the reference's last logits too: checks cache
-    // offsets, masks and RoPE positions.
-    for name in MODELS {
-        let r = reference(name);
-        let prompt = ids(&r["prompt_ids"]);
-        let mut loaded = load_fixture(name, "df11", DType::F32);
-        let m = &mut loaded.model;
-        m.reset();
-        let (split, last) = (prompt.len() / 2, prompt.len() - 1);
-        m.forward(&input(&prompt[..split]), 0).unwrap();
-        m.forward(&input(&prompt[split..last]), split).unwrap();
-        let logits = m.forward(&input(&prompt[last..]), last).unwrap();
-        let got = logits.squeeze(0).unwrap().to_vec1::<f32>().unwrap();
-        assert_logits_close(&format!("{name}/chunked"), &got, &floats(&r["last_logits"]));
-    }
-}
-
-#[test]
-fn greedy_tokens_match_the_reference() {
-    for name in MODELS {
-        let r = reference(name);
-        let want = comparable_greedy(&r, 1e-3);
-        assert!(!want.is_empty(), "{name}: nothing to compare");
-        let mut loaded = load_fixture(name, "df11", DType::F32);
-        let params = GenerationParams {
-            max_new_tokens: r["greedy"]["n_new_tokens"].as_u64().unwrap() as usize,
-            // The reference generates without stopping at EOS.
-            eos_token_ids: Vec::new(),
-            sampling: SamplingParams::greedy(),
-        };
-        let g = generate(
-            &mut loaded.model,
-            &loaded.tokenizer,
-            &ids(&r["prompt_ids"]),
-            &params,
-            &mut |_| Ok(()),
-        )
-        .unwrap();
-        assert_eq!(g.generated_tokens.len(), params.max_new_tokens);
-        assert_eq!(&g.generated_tokens[..want.len()], &want[..], "{name}");
-    }
+fn llama() -> ModelUnderTest {
+    ModelUnderTest::of::<llama_df11::LlamaArch>(
+        &MODELS,
+        df11_llm::testing::binary("llama-df11", env!("CARGO_BIN_EXE_llama-df11")),
+    )
 }
 
 #[test]
@@ -88,15 +23,15 @@ fn the_llama3_rope_scaling_is_what_matches() {
     // really tests it.
     for name in MODELS {
         let r = reference(name);
-        let plain = copy_with_config(&model_dir(name, "df11"), |c| {
+        let plain = copy_fixture(&model_dir(name, "df11"), "", |c| {
             c["rope_scaling"] = serde_json::Value::Null
         });
-        let mut loaded = df11_llm::load::<Arch>(&options(plain.path(), false, DType::F32)).unwrap();
+        let mut loaded = llama().load_dir(plain.path(), false, DType::F32);
         let logits = loaded
             .model
             .forward(&input(&ids(&r["prompt_ids"])), 0)
             .unwrap();
-        let got = logits.squeeze(0).unwrap().to_vec1::<f32>().unwrap();
+        let got = values(&logits);
         let worst = got
             .iter()
             .zip(floats(&r["last_logits"]))
@@ -104,4 +39,39 @@ fn the_llama3_rope_scaling_is_what_matches() {
             .fold(0.0, f64::max);
         assert!(worst > 1e-3, "{name}: unscaled RoPE still within {worst:e}");
     }
+}
+
+#[test]
+fn generation_stops_at_any_of_a_list_of_eos_ids() {
+    // Make the reference's first greedy token one of a list of EOS ids: generation stops there.
+    let name = MODELS[0];
+    let r = reference(name);
+    let first = ids(&r["greedy"]["tokens"])[0];
+    let dir = copy_fixture(&model_dir(name, "df11"), "", |_| {});
+    let path = dir.path().join("generation_config.json");
+    let mut generation: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    generation["eos_token_id"] = serde_json::json!([2, first, 3]);
+    std::fs::write(&path, generation.to_string()).unwrap();
+    let out = std::process::Command::new(&llama().binary)
+        .args(["--model-dir", dir.path().to_str().unwrap(), "--prompt"])
+        .arg(r["prompt"].as_str().unwrap())
+        .args([
+            "--temperature",
+            "0",
+            "-n",
+            "12",
+            "--no-chat-template",
+            "--cpu",
+        ])
+        .args(["--dtype", "f32", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(ids(&j["generated_tokens"]), vec![first]);
 }

@@ -1,12 +1,10 @@
 //! Hub resolution through a hand-made Hugging Face cache folder (no network):
 //! `models--{owner}--{name}/{refs/<rev>, snapshots/<commit>/…}`.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device};
-use common::*;
+use df11_llm::testing::{comparable_greedy, ids, model_dir, reference};
 use df11_llm::{
     generate, load, GenerationParams, LlmError, LoadOptions, ModelSource, SamplingParams,
 };

@@ -1,0 +1,184 @@
+//! The fused DF11 decode + matrix-vector kernel over the Huffman form (segment index), and the
+//! segment decode kernel, both in `kernels/df11_fused.cu`. Which path a product takes is decided
+//! in [`crate::cuda::matmul`]; the packed form's kernels are in `packed_kernels`.
+
+use std::ops::Range;
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, PushKernelArg};
+use candle_core::cuda_backend::{CudaDevice, WrapErr};
+use candle_core::{CpuStorage, CudaStorage, CustomOp2, Layout, Shape};
+use half::bf16;
+
+use crate::cuda::launch::{
+    bf16_view, check_gemv_call, gemv_name, launch_config, maxb_for, Tiling, CHUNK_WIDTH, MODULE,
+    PTX,
+};
+use crate::cuda::segments::SegmentIndex;
+
+const WARPS: usize = 8;
+/// Per warp: the code stage (384 words) and 33 exponent slots of 72 bytes.
+const WARP_BYTES: usize = 384 * 4 + 33 * 72;
+
+/// A unit's segment index and decode table on the device.
+pub(crate) struct SegmentBuffers {
+    bases: CudaSlice<u32>,
+    deltas: CudaSlice<u16>,
+    table: CudaSlice<u32>,
+}
+
+impl SegmentBuffers {
+    pub(crate) fn new(device: &CudaDevice, index: &SegmentIndex) -> candle_core::Result<Self> {
+        Ok(Self {
+            bases: device.clone_htod(&index.bases)?,
+            deltas: device.clone_htod(&index.deltas)?,
+            table: device.clone_htod(&index.table)?,
+        })
+    }
+
+    pub(crate) fn device_bytes(&self) -> usize {
+        4 * self.bases.len() + 2 * self.deltas.len() + 4 * self.table.len()
+    }
+}
+
+/// What a segment kernel needs of a unit besides `sign_mantissa`.
+pub(crate) struct UnitArgs<'a> {
+    pub(crate) luts: &'a CudaSlice<u8>,
+    pub(crate) codes: &'a CudaSlice<u8>,
+    pub(crate) lut_rows: usize,
+    /// Words of `codes` (padded with zeros to whole words).
+    pub(crate) n_words: u32,
+    pub(crate) n_elements: usize,
+    pub(crate) segments: &'a SegmentBuffers,
+}
+
+fn header_bytes(lut_rows: usize) -> usize {
+    16384 + ((lut_rows * 256 + 15) & !15) + WARPS * WARP_BYTES
+}
+
+/// The fused DF11 product: arguments `sign_mantissa` (the whole unit) and `x` `[nb, cols]`;
+/// result `[nb, rows]` = x · Wᵀ for the member at unit element `base`.
+pub(crate) struct Df11GemvOp<'a> {
+    pub(crate) unit: UnitArgs<'a>,
+    pub(crate) base: usize,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+}
+
+impl CustomOp2 for Df11GemvOp<'_> {
+    fn name(&self) -> &'static str {
+        "df11-fused-gemv"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("df11: the fused kernel runs on CUDA only")
+    }
+
+    fn cuda_fwd(
+        &self,
+        sm: &CudaStorage,
+        sm_l: &Layout,
+        x: &CudaStorage,
+        x_l: &Layout,
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
+        let dev = sm.device().clone();
+        let (rows, cols) = (self.rows, self.cols);
+        let nb = check_gemv_call(sm_l, self.unit.n_elements, x_l, self.base, rows, cols)?;
+        let Some(tiling) = Tiling::new(rows, cols) else {
+            candle_core::bail!("df11: {cols} columns are too many for the fused kernel");
+        };
+        let maxb = maxb_for(nb);
+        let name = gemv_name(false, maxb);
+        let smem = header_bytes(self.unit.lut_rows) + tiling.partial_bytes(maxb);
+        let cfg = launch_config(&dev, name, smem, tiling.tiles(rows))?;
+        let xv = bf16_view(x, x_l, "x")?;
+        let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
+        let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
+        let sm = sm.as_cuda_slice::<u8>()?;
+        let u = &self.unit;
+        let (k, n_words, n_elements) = (u.lut_rows as i32, u.n_words, u.n_elements as i64);
+        let (nb_, rows_, cols_, base) = (nb as i32, rows as i32, cols as i32, self.base as i64);
+        let (tile_rows, width) = (tiling.tile_rows as i32, CHUNK_WIDTH as i32);
+        let mut b = func.builder();
+        b.arg(&u.segments.table);
+        b.arg(u.luts);
+        b.arg(&k);
+        b.arg(u.codes);
+        b.arg(&n_words);
+        b.arg(&u.segments.bases);
+        b.arg(&u.segments.deltas);
+        b.arg(sm);
+        b.arg(&n_elements);
+        b.arg(&xv);
+        b.arg(&out);
+        b.arg(&nb_);
+        b.arg(&rows_);
+        b.arg(&cols_);
+        b.arg(&base);
+        b.arg(&tile_rows);
+        b.arg(&width);
+        // SAFETY: buffers sized from the validated layout and the index built from the same
+        // bytes; the kernel clamps every data-dependent index.
+        unsafe { b.launch(cfg) }.w()?;
+        Ok((
+            CudaStorage::wrap_cuda_slice(out, dev),
+            Shape::from((nb, rows)),
+        ))
+    }
+}
+
+/// Decodes unit elements `elements` with the segment kernel into a fresh BF16 buffer of
+/// `elements.len()` values.
+pub(crate) fn decode_segments(
+    unit: &UnitArgs<'_>,
+    sm: &CudaStorage,
+    sm_l: &Layout,
+    elements: Range<usize>,
+) -> candle_core::Result<(CudaStorage, Shape)> {
+    let dev = sm.device().clone();
+    if sm_l.start_offset() != 0 || !sm_l.is_contiguous() {
+        candle_core::bail!("df11: sign_mantissa must be a whole contiguous buffer");
+    }
+    if elements.end > unit.n_elements {
+        candle_core::bail!("df11: elements {elements:?} outside the unit");
+    }
+    let len = elements.len();
+    let out = unsafe { dev.alloc::<bf16>(len.max(1)) }?;
+    if len > 0 {
+        let name = "df11_decode_segments";
+        let chunks = elements.end.div_ceil(2048) - elements.start / 2048;
+        let cfg = launch_config(
+            &dev,
+            name,
+            header_bytes(unit.lut_rows),
+            chunks.div_ceil(WARPS),
+        )?;
+        let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
+        let sm = sm.as_cuda_slice::<u8>()?;
+        let (k, n_words, n_elements) = (unit.lut_rows as i32, unit.n_words, unit.n_elements as i64);
+        let (begin, end) = (elements.start as i64, elements.end as i64);
+        let mut b = func.builder();
+        b.arg(&unit.segments.table);
+        b.arg(unit.luts);
+        b.arg(&k);
+        b.arg(unit.codes);
+        b.arg(&n_words);
+        b.arg(&unit.segments.bases);
+        b.arg(&unit.segments.deltas);
+        b.arg(sm);
+        b.arg(&n_elements);
+        b.arg(&out);
+        b.arg(&begin);
+        b.arg(&end);
+        b.arg(&begin);
+        // SAFETY: out holds elements.len() values, written at j - begin for j in elements.
+        unsafe { b.launch(cfg) }.w()?;
+    }
+    Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from(len)))
+}

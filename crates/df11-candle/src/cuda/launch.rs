@@ -1,0 +1,233 @@
+//! What every launch of the GEMV-family kernels (`df11_fused.cu`: fused Huffman and packed, and
+//! the BF16 twin) shares: the grid for a kernel's resident CTAs, the tiling of a matrix into
+//! chunk items (which fixes the summation order), the row batching, and the argument checks
+//! made before any launch.
+
+use candle_core::cuda_backend::cudarc::driver::sys::{
+    CUdevice_attribute, CUfunction_attribute_enum,
+};
+use candle_core::cuda_backend::cudarc::driver::LaunchConfig;
+use candle_core::cuda_backend::{CudaDevice, WrapErr};
+use candle_core::{CudaStorage, DType, Layout, Tensor};
+use half::bf16;
+
+use crate::cuda::matmul::{use_fused, FUSED_LIMIT_ROWS};
+
+/// The PTX of `kernels/df11_fused.cu` and its module name (the fused, packed-fused and twin
+/// kernels live in it).
+pub(crate) const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_fused.ptx"));
+pub(crate) const MODULE: &str = "df11_fused";
+pub(crate) const THREADS: u32 = 256;
+/// Columns per chunk (one warp's work item); the twin and the DF11 kernel must agree on it.
+pub(crate) const CHUNK_WIDTH: usize = 2048;
+const MAX_ITEMS: usize = 256;
+/// CTAs per SM the kernels are compiled for (`__launch_bounds__(256, 4)`).
+const CTAS_PER_SM: u32 = 4;
+
+/// The launch of kernel `name` of the `df11_fused` module with `smem` bytes of dynamic shared
+/// memory over `work` CTA-sized pieces (at most one wave of [`CTAS_PER_SM`] CTAs per SM).
+pub(crate) fn launch_config(
+    dev: &CudaDevice,
+    name: &'static str,
+    smem: usize,
+    work: usize,
+) -> candle_core::Result<LaunchConfig> {
+    launch_config_with(dev, name, smem, work, CTAS_PER_SM)
+}
+
+/// [`launch_config`] for a kernel compiled for `ctas_per_sm` resident CTAs per SM: the grid is
+/// at most one wave of them (each CTA loops over its share of the work).
+pub(crate) fn launch_config_with(
+    dev: &CudaDevice,
+    name: &'static str,
+    smem: usize,
+    work: usize,
+    ctas_per_sm: u32,
+) -> candle_core::Result<LaunchConfig> {
+    let ctx = dev.cuda_stream().context().clone();
+    let max = ctx
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        .w()? as usize;
+    if smem > max {
+        candle_core::bail!(
+            "df11: the fused kernel needs {smem} bytes of shared memory, the device has {max}"
+        );
+    }
+    if smem > 48 * 1024 {
+        // Set on every such launch: the attribute belongs to the function handle, and each
+        // CudaDevice (e.g. one per test) loads its own copy of the module. The call is cheap.
+        let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
+        func.set_attribute(
+            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            smem as i32,
+        )
+        .w()?;
+    }
+    let sms = ctx
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .w()? as u32;
+    Ok(LaunchConfig {
+        grid_dim: ((work as u32).clamp(1, sms * ctas_per_sm), 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: smem as u32,
+    })
+}
+
+/// How the GEMV kernels split a `[rows, cols]` matrix: chunks of [`CHUNK_WIDTH`] columns (the
+/// summation order depends on it: the same for both kernels) and rows per CTA tile (it does not).
+pub(crate) struct Tiling {
+    pub(crate) nchunks: usize,
+    pub(crate) tile_rows: usize,
+}
+
+impl Tiling {
+    pub(crate) fn new(rows: usize, cols: usize) -> Option<Self> {
+        let nchunks = cols.div_ceil(CHUNK_WIDTH);
+        if nchunks > MAX_ITEMS {
+            return None;
+        }
+        // Items per tile a multiple of the 8 warps where possible (lcm(8, nchunks)).
+        let gcd = (1..=8)
+            .rev()
+            .find(|d| 8 % d == 0 && nchunks.is_multiple_of(*d))
+            .unwrap_or(1);
+        let mut tile_rows = 8 / gcd;
+        if tile_rows * nchunks > MAX_ITEMS {
+            tile_rows = (MAX_ITEMS / nchunks).max(1);
+        }
+        Some(Self {
+            nchunks,
+            tile_rows: tile_rows.min(rows.max(1)),
+        })
+    }
+
+    pub(crate) fn tiles(&self, rows: usize) -> usize {
+        rows.div_ceil(self.tile_rows)
+    }
+
+    pub(crate) fn partial_bytes(&self, maxb: usize) -> usize {
+        self.tile_rows * self.nchunks * maxb * 4
+    }
+}
+
+/// The row-count variant of a kernel that serves `nb` rows (1, 2, 4 or 8).
+pub(crate) fn maxb_for(nb: usize) -> usize {
+    match nb {
+        0..=1 => 1,
+        2 => 2,
+        3..=4 => 4,
+        _ => 8,
+    }
+}
+
+/// The fused DF11 (`twin` false) or twin GEMV kernel for `maxb` rows.
+pub(crate) fn gemv_name(twin: bool, maxb: usize) -> &'static str {
+    match (twin, maxb) {
+        (false, 1) => "df11_gemv_bf16_1",
+        (false, 2) => "df11_gemv_bf16_2",
+        (false, 4) => "df11_gemv_bf16_4",
+        (false, _) => "df11_gemv_bf16_8",
+        (true, 1) => "bf16_gemv_bf16_1",
+        (true, 2) => "bf16_gemv_bf16_2",
+        (true, 4) => "bf16_gemv_bf16_4",
+        (true, _) => "bf16_gemv_bf16_8",
+    }
+}
+
+/// A contiguous BF16 view of `s` whose first element is 16-byte aligned.
+pub(crate) fn bf16_view<'a>(
+    s: &'a CudaStorage,
+    l: &Layout,
+    what: &str,
+) -> candle_core::Result<candle_core::cuda_backend::cudarc::driver::CudaView<'a, bf16>> {
+    match l.contiguous_offsets() {
+        Some((a, b)) if a.is_multiple_of(8) => Ok(s.as_cuda_slice::<bf16>()?.slice(a..b)),
+        _ => {
+            candle_core::bail!("df11: the fused kernel needs {what} contiguous and 16-byte aligned")
+        }
+    }
+}
+
+/// Whether `x` can go through a fused kernel for a weight with `in_features` columns, and with
+/// how many rows.
+pub(crate) fn fused_rows(x: &Tensor, in_features: usize) -> Option<usize> {
+    if x.dtype() != DType::BF16
+        || !in_features.is_multiple_of(8)
+        || x.dims().last() != Some(&in_features)
+    {
+        return None;
+    }
+    let rows = x.elem_count() / in_features.max(1);
+    use_fused(rows, x.device()).then_some(rows)
+}
+
+/// Runs `op` (which maps `[rows <= 8, cols]` to `[rows, out]`) over `x` of shape `[..., cols]` in
+/// launches of at most [`FUSED_LIMIT_ROWS`] rows, and adds `bias` the way `candle_nn::Linear` does.
+pub(crate) fn apply_rows(
+    x: &Tensor,
+    cols: usize,
+    out: usize,
+    bias: Option<&Tensor>,
+    mut op: impl FnMut(&Tensor) -> candle_core::Result<Tensor>,
+) -> candle_core::Result<Tensor> {
+    let rows = x.elem_count() / cols;
+    let x2 = x.reshape((rows, cols))?.contiguous()?;
+    // The kernels read x with 16-byte loads: a view starting mid-vector is copied first.
+    let x2 = if !x2.layout().start_offset().is_multiple_of(8) {
+        x2.copy()?
+    } else {
+        x2
+    };
+    let y = if rows <= FUSED_LIMIT_ROWS {
+        op(&x2)?
+    } else {
+        let parts = (0..rows)
+            .step_by(FUSED_LIMIT_ROWS)
+            .map(|r| {
+                op(&x2
+                    .narrow(0, r, FUSED_LIMIT_ROWS.min(rows - r))?
+                    .contiguous()?)
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Tensor::cat(&parts, 0)?
+    };
+    let mut shape = x.dims().to_vec();
+    *shape.last_mut().expect("x has a last dimension") = out;
+    let y = y.reshape(shape)?;
+    match bias {
+        Some(b) => y.broadcast_add(b),
+        None => Ok(y),
+    }
+}
+
+/// Checks a fused DF11 product before launch: `sign_mantissa` (layout `sm_l`) is the unit's whole
+/// buffer of `n_elements`, `x` (layout `x_l`) holds 1 to [`FUSED_LIMIT_ROWS`] rows of `cols`, `cols`
+/// and `base` are multiples of 8 and the `[rows, cols]` matrix at `base` lies inside the unit.
+/// Returns the number of rows of `x`.
+pub(crate) fn check_gemv_call(
+    sm_l: &Layout,
+    n_elements: usize,
+    x_l: &Layout,
+    base: usize,
+    rows: usize,
+    cols: usize,
+) -> candle_core::Result<usize> {
+    if sm_l.start_offset() != 0 || !sm_l.is_contiguous() || sm_l.shape().elem_count() != n_elements
+    {
+        candle_core::bail!("df11: sign_mantissa must be the unit's whole contiguous buffer");
+    }
+    let nb = x_l.shape().elem_count().checked_div(cols).unwrap_or(0);
+    if nb == 0 || nb > FUSED_LIMIT_ROWS || !cols.is_multiple_of(8) || !base.is_multiple_of(8) {
+        candle_core::bail!("df11: fused kernel called with {nb} rows, cols {cols}, base {base}");
+    }
+    if rows
+        .checked_mul(cols)
+        .and_then(|n| n.checked_add(base))
+        .is_none_or(|end| end > n_elements)
+    {
+        candle_core::bail!(
+            "df11: the [{rows}, {cols}] matrix at element {base} is outside the unit"
+        );
+    }
+    Ok(nb)
+}

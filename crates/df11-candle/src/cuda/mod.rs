@@ -1,0 +1,36 @@
+//! The GPU side: the device forms of a unit and every kernel's launch code.
+//!
+//! A unit's weights reach a CUDA device in one of two forms, both lossless re-arrangements of
+//! what the DF11 files hold, built on the host at load from a checked CPU decode:
+//! - [`packed`]: fixed 3-bit exponent codes per member plus a lane-major escape list (the default
+//!   where it fits);
+//! - [`segments`]: the Huffman stream as in the file plus the bit offset of every 64th weight.
+//!
+//! These builders, and [`matmul`] (which path a product takes), are plain host code, compiled
+//! and tested everywhere. With the `cuda` feature the launch code comes in (`kernels/*.cu`,
+//! compiled to PTX by the build script; their contracts are in `kernels/README.md`):
+//! - `unit`: a unit's device buffers and the block decode kernel (`df11_decode.cu`);
+//! - `fused`: the fused decode + matrix-vector kernel over the Huffman form and the segment
+//!   decode kernel (`df11_fused.cu`);
+//! - `twin`: the BF16 twin of the fused kernel (same summation order) for dense weights;
+//! - `packed_kernels`: the fused kernel and the decode over packed exponents (`df11_packed.cu`);
+//! - [`llm_ops`]: small fused ops of the models' forward pass (`llm_ops.cu`);
+//! - `launch`: what every launch shares (grid sizing, tiling, argument checks, the CUDA-only
+//!   op wrapper).
+
+pub mod matmul;
+pub mod packed;
+pub mod segments;
+
+#[cfg(feature = "cuda")]
+pub(crate) mod fused;
+#[cfg(feature = "cuda")]
+pub(crate) mod launch;
+#[cfg(feature = "cuda")]
+pub mod llm_ops;
+#[cfg(feature = "cuda")]
+pub(crate) mod packed_kernels;
+#[cfg(feature = "cuda")]
+pub(crate) mod twin;
+#[cfg(feature = "cuda")]
+pub(crate) mod unit;

@@ -1,0 +1,231 @@
+//! CUDA kernels over a unit kept as [`PackedExponents`]: the fused decode + matrix-vector
+//! product (`df11_gemv_packed_*` in `kernels/df11_fused.cu`, same summation order as the BF16
+//! twin) and the decode to BF16 (`kernels/df11_packed.cu`).
+
+use std::ops::Range;
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, PushKernelArg};
+use candle_core::cuda_backend::{CudaDevice, WrapErr};
+use candle_core::{CpuStorage, CudaStorage, CustomOp2, Layout, Shape};
+use half::bf16;
+
+use crate::cuda::launch::{
+    bf16_view, check_gemv_call, launch_config, launch_config_with, maxb_for, Tiling, CHUNK_WIDTH,
+    MODULE, PTX,
+};
+use crate::cuda::packed::PackedExponents;
+
+const DECODE_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_packed.ptx"));
+const DECODE_MODULE: &str = "df11_packed";
+
+/// A unit's packed exponents on the device.
+pub(crate) struct PackedBuffers {
+    codes: CudaSlice<u32>,
+    chunk_escapes: CudaSlice<u32>,
+    lane_starts: CudaSlice<u8>,
+    n_chunks: u32,
+    escapes: CudaSlice<u8>,
+    /// Bytes of the escape buffer (the list padded with zeros to whole words, plus 16).
+    n_escapes: u32,
+    /// Per member, codes 0-3 and 4-7 as little-endian words.
+    tables: CudaSlice<u32>,
+    host_tables: Vec<[u32; 2]>,
+    member_ends: CudaSlice<i64>,
+    members: Vec<Range<usize>>,
+    n_elements: usize,
+    bytes: usize,
+}
+
+impl PackedBuffers {
+    pub(crate) fn new(device: &CudaDevice, p: &PackedExponents) -> candle_core::Result<Self> {
+        let host_tables: Vec<[u32; 2]> = p
+            .tables
+            .iter()
+            .map(|t| {
+                [
+                    u32::from_le_bytes([t[0], t[1], t[2], t[3]]),
+                    u32::from_le_bytes([t[4], t[5], t[6], t[7]]),
+                ]
+            })
+            .collect();
+        let flat: Vec<u32> = host_tables.iter().flatten().copied().collect();
+        let ends: Vec<i64> = p.members.iter().map(|m| m.end as i64).collect();
+        // Padded with zeros to whole words plus 16 bytes: the kernels read a lane's escapes as
+        // three aligned words from where they start.
+        let mut escapes = p.escapes.clone();
+        escapes.resize(p.escapes.len().div_ceil(4) * 4 + 16, 0);
+        Ok(Self {
+            codes: device.clone_htod(&p.codes)?,
+            chunk_escapes: device.clone_htod(&p.chunk_escapes)?,
+            lane_starts: device.clone_htod(&p.lane_starts)?,
+            n_chunks: (p.chunk_escapes.len() - 1) as u32,
+            n_escapes: escapes.len() as u32,
+            escapes: device.clone_htod(&escapes)?,
+            tables: device.clone_htod(&flat)?,
+            host_tables,
+            member_ends: device.clone_htod(&ends)?,
+            members: p.members.clone(),
+            n_elements: p.n_elements(),
+            bytes: p.device_bytes(),
+        })
+    }
+
+    /// Bytes of the packed form on the device.
+    pub(crate) fn device_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The member holding all of `elements`, if one does.
+    fn member_of(&self, elements: &Range<usize>) -> Option<usize> {
+        self.members
+            .iter()
+            .position(|m| m.start <= elements.start && elements.end <= m.end)
+    }
+}
+
+/// The fused product over packed exponents: arguments `sign_mantissa` (the whole unit) and `x`
+/// `[nb, cols]`; result `[nb, rows]` = x · Wᵀ for the member matrix at unit element `base`.
+pub(crate) struct PackedGemvOp<'a> {
+    pub(crate) unit: &'a PackedBuffers,
+    pub(crate) base: usize,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+}
+
+impl CustomOp2 for PackedGemvOp<'_> {
+    fn name(&self) -> &'static str {
+        "df11-packed-gemv"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("df11: the fused kernel runs on CUDA only")
+    }
+
+    fn cuda_fwd(
+        &self,
+        sm: &CudaStorage,
+        sm_l: &Layout,
+        x: &CudaStorage,
+        x_l: &Layout,
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
+        let dev = sm.device().clone();
+        let u = self.unit;
+        let (rows, cols) = (self.rows, self.cols);
+        let nb = check_gemv_call(sm_l, u.n_elements, x_l, self.base, rows, cols)?;
+        // One member's table decodes the whole matrix: it must lie inside one member.
+        let Some(member) = u.member_of(&(self.base..self.base + rows * cols)) else {
+            candle_core::bail!(
+                "df11: the matrix at element {} is not inside one member",
+                self.base
+            );
+        };
+        let Some(tiling) = Tiling::new(rows, cols) else {
+            candle_core::bail!("df11: {cols} columns are too many for the fused kernel");
+        };
+        let maxb = maxb_for(nb);
+        let name = match maxb {
+            1 => "df11_gemv_packed_bf16_1",
+            2 => "df11_gemv_packed_bf16_2",
+            4 => "df11_gemv_packed_bf16_4",
+            _ => "df11_gemv_packed_bf16_8",
+        };
+        // The 4096-entry table, then the partial sums.
+        let smem = 16384 + tiling.partial_bytes(maxb);
+        // `__launch_bounds__(256, FG_PACKED_MIN_CTAS(MAXB))` in kernels/df11_fused.cu.
+        let ctas = if maxb == 1 { 4 } else { 3 };
+        let cfg = launch_config_with(&dev, name, smem, tiling.tiles(rows), ctas)?;
+        let xv = bf16_view(x, x_l, "x")?;
+        let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
+        let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
+        let sm = sm.as_cuda_slice::<u8>()?;
+        let [t0, t1] = u.host_tables[member];
+        let n_elements = u.n_elements as i64;
+        let (nb_, rows_, cols_, base) = (nb as i32, rows as i32, cols as i32, self.base as i64);
+        let (tile_rows, width) = (tiling.tile_rows as i32, CHUNK_WIDTH as i32);
+        let mut b = func.builder();
+        b.arg(&u.codes);
+        b.arg(&u.chunk_escapes);
+        b.arg(&u.lane_starts);
+        b.arg(&u.n_chunks);
+        b.arg(&u.escapes);
+        b.arg(&u.n_escapes);
+        b.arg(&t0);
+        b.arg(&t1);
+        b.arg(sm);
+        b.arg(&n_elements);
+        b.arg(&xv);
+        b.arg(&out);
+        b.arg(&nb_);
+        b.arg(&rows_);
+        b.arg(&cols_);
+        b.arg(&base);
+        b.arg(&tile_rows);
+        b.arg(&width);
+        // SAFETY: the packed buffers were built by the host for this unit (codes for every
+        // 8-group, an offset per 256 elements); the matrix lies inside the unit; escape reads are
+        // clamped in the kernel.
+        unsafe { b.launch(cfg) }.w()?;
+        Ok((
+            CudaStorage::wrap_cuda_slice(out, dev),
+            Shape::from((nb, rows)),
+        ))
+    }
+}
+
+/// Decodes unit elements `elements` into a fresh BF16 buffer of `elements.len()` values.
+pub(crate) fn decode_packed(
+    unit: &PackedBuffers,
+    sm: &CudaStorage,
+    sm_l: &Layout,
+    elements: Range<usize>,
+) -> candle_core::Result<(CudaStorage, Shape)> {
+    let dev = sm.device().clone();
+    if sm_l.start_offset() != 0
+        || !sm_l.is_contiguous()
+        || sm_l.shape().elem_count() != unit.n_elements
+    {
+        candle_core::bail!("df11: sign_mantissa must be the unit's whole contiguous buffer");
+    }
+    if elements.start > elements.end || elements.end > unit.n_elements {
+        candle_core::bail!("df11: elements {elements:?} outside the unit");
+    }
+    let len = elements.len();
+    let out = unsafe { dev.alloc::<bf16>(len.max(1)) }?;
+    if len > 0 {
+        let name = "df11_decode_packed";
+        let chunks = elements.end.div_ceil(2048) - elements.start / 2048;
+        // 256 threads, a chunk per warp, at most 4 CTAs per SM resident at once.
+        let cfg = launch_config(&dev, name, 0, chunks.div_ceil(8))?;
+        let func = dev.get_or_load_custom_func(name, DECODE_MODULE, DECODE_PTX)?;
+        let sm = sm.as_cuda_slice::<u8>()?;
+        let n_members = unit.members.len() as i32;
+        let n_elements = unit.n_elements as i64;
+        let (begin, end) = (elements.start as i64, elements.end as i64);
+        let mut b = func.builder();
+        b.arg(&unit.codes);
+        b.arg(&unit.chunk_escapes);
+        b.arg(&unit.lane_starts);
+        b.arg(&unit.n_chunks);
+        b.arg(&unit.escapes);
+        b.arg(&unit.n_escapes);
+        b.arg(&unit.tables);
+        b.arg(&unit.member_ends);
+        b.arg(&n_members);
+        b.arg(sm);
+        b.arg(&n_elements);
+        b.arg(&out);
+        b.arg(&begin);
+        b.arg(&end);
+        // SAFETY: out holds elements.len() values, written at j - begin for j in elements; the
+        // packed buffers cover the unit.
+        unsafe { b.launch(cfg) }.w()?;
+    }
+    Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from(len)))
+}

@@ -1,0 +1,90 @@
+//! The BF16 twin of the fused DF11 kernel: the same GEMV over a dense BF16 weight, with the same
+//! tiling and summation order, so a BF16 model and its DF11 form give the same bits on every
+//! path (`kernels/README.md`, "the summation contract").
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
+use candle_core::cuda_backend::WrapErr;
+use candle_core::{CpuStorage, CudaStorage, CustomOp2, DType, Layout, Shape, Tensor};
+use half::bf16;
+
+use crate::cuda::launch::{
+    apply_rows, bf16_view, fused_rows, gemv_name, launch_config, maxb_for, Tiling, CHUNK_WIDTH,
+    MODULE, PTX,
+};
+use crate::cuda::matmul::FUSED_LIMIT_ROWS;
+
+/// `x · wᵀ (+ bias)` through the BF16 twin kernel, when `w` is a BF16 CUDA matrix and `x` may take
+/// the fused path ([`fused_rows`]); `None` otherwise.
+pub(crate) fn twin_linear(
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    x: &Tensor,
+) -> candle_core::Result<Option<Tensor>> {
+    let (out, cols) = w.dims2()?;
+    if w.dtype() != DType::BF16 || !w.device().is_cuda() || fused_rows(x, cols).is_none() {
+        return Ok(None);
+    }
+    apply_rows(x, cols, out, bias, |x2| w.apply_op2_no_bwd(x2, &TwinGemvOp)).map(Some)
+}
+
+/// The BF16 twin of `Df11GemvOp`: arguments `w` `[rows, cols]` (BF16) and `x` `[nb, cols]`.
+pub(crate) struct TwinGemvOp;
+
+impl CustomOp2 for TwinGemvOp {
+    fn name(&self) -> &'static str {
+        "bf16-twin-gemv"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("df11: the twin kernel runs on CUDA only")
+    }
+
+    fn cuda_fwd(
+        &self,
+        w: &CudaStorage,
+        w_l: &Layout,
+        x: &CudaStorage,
+        x_l: &Layout,
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
+        let dev = w.device().clone();
+        let (rows, cols) = w_l.shape().dims2()?;
+        let nb = x_l.shape().elem_count() / cols;
+        if nb == 0 || nb > FUSED_LIMIT_ROWS || !cols.is_multiple_of(8) {
+            candle_core::bail!("df11: twin kernel called with {nb} rows, cols {cols}");
+        }
+        let Some(tiling) = Tiling::new(rows, cols) else {
+            candle_core::bail!("df11: {cols} columns are too many for the twin kernel");
+        };
+        let maxb = maxb_for(nb);
+        let name = gemv_name(true, maxb);
+        let cfg = launch_config(&dev, name, tiling.partial_bytes(maxb), tiling.tiles(rows))?;
+        let wv = bf16_view(w, w_l, "the weight")?;
+        let xv = bf16_view(x, x_l, "x")?;
+        let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
+        let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
+        let (nb_, rows_, cols_) = (nb as i32, rows as i32, cols as i32);
+        let (tile_rows, width) = (tiling.tile_rows as i32, CHUNK_WIDTH as i32);
+        let mut b = func.builder();
+        b.arg(&wv);
+        b.arg(&xv);
+        b.arg(&out);
+        b.arg(&nb_);
+        b.arg(&rows_);
+        b.arg(&cols_);
+        b.arg(&tile_rows);
+        b.arg(&width);
+        // SAFETY: w and x are contiguous BF16 views of [rows, cols] and [nb, cols].
+        unsafe { b.launch(cfg) }.w()?;
+        Ok((
+            CudaStorage::wrap_cuda_slice(out, dev),
+            Shape::from((nb, rows)),
+        ))
+    }
+}

@@ -1,0 +1,308 @@
+//! Loading a model's weights from a DF11 folder (kept compressed) or from a plain BF16 folder
+//! (dense), behind one interface, so a model file is written once and runs on both: the BF16
+//! path is the reference a DF11 model is compared with, bit for bit.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use candle_core::{DType, Device, Module, Tensor};
+
+use crate::error::{Df11Error, Result};
+use crate::format::model::Df11Model;
+use crate::format::safetensors_index::{RawTensor, SafetensorsIndex};
+use crate::nn::group::Df11Group;
+use crate::nn::linear::{Df11Embedding, Df11Linear};
+
+/// A linear layer loaded from either kind of folder.
+#[derive(Debug, Clone)]
+pub enum Linear {
+    /// Weight kept DF11-compressed.
+    Df11(Df11Linear),
+    /// Dense weight.
+    Dense(candle_nn::Linear),
+}
+
+impl Module for Linear {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Self::Df11(l) => l.forward(x),
+            Self::Dense(l) => {
+                // Small batches on CUDA: the BF16 twin of the fused DF11 kernel (same summation
+                // order), so a BF16 model and its DF11 copy stay bit-identical.
+                #[cfg(feature = "cuda")]
+                if let Some(y) = crate::cuda::twin::twin_linear(l.weight(), l.bias(), x)? {
+                    return Ok(y);
+                }
+                l.forward(x)
+            }
+        }
+    }
+}
+
+/// An embedding loaded from either kind of folder.
+#[derive(Debug, Clone)]
+pub enum Embedding {
+    /// Table kept DF11-compressed.
+    Df11(Df11Embedding),
+    /// Dense table.
+    Dense(candle_nn::Embedding),
+}
+
+impl Module for Embedding {
+    fn forward(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Self::Df11(e) => e.forward(ids),
+            Self::Dense(e) => e.forward(ids),
+        }
+    }
+}
+
+impl Embedding {
+    /// The table as a tensor (decoded if compressed), e.g. to tie an output projection to it.
+    pub fn table(&self) -> Result<Tensor> {
+        match self {
+            Self::Df11(e) => e.table(),
+            Self::Dense(e) => Ok(e.embeddings().clone()),
+        }
+    }
+}
+
+enum Source {
+    Df11 {
+        model: Box<Df11Model>,
+        groups: Mutex<HashMap<String, Arc<Df11Group>>>,
+    },
+    Dense(SafetensorsIndex),
+}
+
+/// Which kind of folder [`ModelWeights`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightFormat {
+    /// A DF11 folder; weights stay compressed on the device.
+    Df11,
+    /// A DF11 folder, every weight decoded once at load (reference mode, BF16-sized memory).
+    Df11DecodedAtLoad,
+    /// A plain safetensors folder.
+    Dense,
+}
+
+/// The weights of one model, on one device, in one compute dtype.
+pub struct ModelWeights {
+    dir: PathBuf,
+    source: Source,
+    format: WeightFormat,
+    device: Device,
+    dtype: DType,
+}
+
+impl std::fmt::Debug for ModelWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelWeights")
+            .field("dir", &self.dir)
+            .field("format", &self.format)
+            .field("dtype", &self.dtype)
+            .finish()
+    }
+}
+
+/// candle's dtype for a safetensors dtype.
+pub fn candle_dtype(d: safetensors::Dtype) -> Option<DType> {
+    use safetensors::Dtype as S;
+    Some(match d {
+        S::BF16 => DType::BF16,
+        S::F16 => DType::F16,
+        S::F32 => DType::F32,
+        S::F64 => DType::F64,
+        S::U8 => DType::U8,
+        S::U32 => DType::U32,
+        S::I64 => DType::I64,
+        _ => return None,
+    })
+}
+
+impl ModelWeights {
+    /// Opens `dir` in the given format.
+    pub fn open(dir: &Path, format: WeightFormat, device: &Device, dtype: DType) -> Result<Self> {
+        let source = match format {
+            WeightFormat::Df11 | WeightFormat::Df11DecodedAtLoad => Source::Df11 {
+                model: Box::new(Df11Model::open(dir)?),
+                groups: Mutex::new(HashMap::new()),
+            },
+            WeightFormat::Dense => {
+                let index = SafetensorsIndex::open_dir(dir)?;
+                if index.files().next().is_none() {
+                    return Err(Df11Error::NotAModel {
+                        path: dir.to_path_buf(),
+                        reason: "no *.safetensors files in this folder".into(),
+                    });
+                }
+                if index.names().any(|n| n.ends_with(".encoded_exponent")) {
+                    return Err(Df11Error::InvalidConfig {
+                        path: dir.to_path_buf(),
+                        reason: "this folder holds DF11-compressed units; open it as DF11".into(),
+                    });
+                }
+                Source::Dense(index)
+            }
+        };
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            source,
+            format,
+            device: device.clone(),
+            dtype,
+        })
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The format read.
+    pub fn format(&self) -> WeightFormat {
+        self.format
+    }
+
+    /// The device weights are put on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The compute dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The opened DF11 model, when reading one.
+    pub fn df11_model(&self) -> Option<&Df11Model> {
+        match &self.source {
+            Source::Df11 { model, .. } => Some(model),
+            Source::Dense(_) => None,
+        }
+    }
+
+    /// Whether a weight `name` (e.g. `lm_head.weight`) exists, compressed or plain.
+    pub fn contains(&self, name: &str) -> bool {
+        match &self.source {
+            Source::Df11 { model, .. } => {
+                model.find_member(name).is_some() || model.plain_tensor(name).is_some()
+            }
+            Source::Dense(index) => index.contains(name),
+        }
+    }
+
+    fn raw(&self, name: &str) -> Result<(RawTensor<'_>, PathBuf)> {
+        let (t, path) = match &self.source {
+            Source::Df11 { model, .. } => (model.plain_tensor(name), model.path_of(name)),
+            Source::Dense(index) => (index.get(name), index.path_of(name)),
+        };
+        let t = t.ok_or_else(|| Df11Error::MissingTensor {
+            path: self.dir.clone(),
+            tensor: name.to_string(),
+        })?;
+        Ok((t, path))
+    }
+
+    /// A plain tensor with an expected shape, converted to `dtype`.
+    pub fn tensor_as(&self, name: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let (t, path) = self.raw(name)?;
+        if t.shape != shape {
+            return Err(Df11Error::WrongShape {
+                path,
+                tensor: name.to_string(),
+                expected: format!("{shape:?}"),
+                found: t.shape.to_vec(),
+            });
+        }
+        let src = candle_dtype(t.dtype).ok_or_else(|| Df11Error::WrongDtype {
+            path: path.clone(),
+            tensor: name.to_string(),
+            expected: "a float or integer dtype candle supports".into(),
+            found: format!("{:?}", t.dtype),
+        })?;
+        let x = Tensor::from_raw_buffer(t.data, src, shape, &self.device)?;
+        Ok(x.to_dtype(dtype)?)
+    }
+
+    /// A plain tensor in the compute dtype.
+    pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        self.tensor_as(name, shape, self.dtype)
+    }
+
+    fn group_of(&self, weight: &str) -> Result<Option<(Arc<Df11Group>, usize)>> {
+        let Source::Df11 { model, groups } = &self.source else {
+            return Ok(None);
+        };
+        let Some((unit, member)) = model.find_member(weight) else {
+            return Ok(None);
+        };
+        let mut cache = groups.lock().expect("group cache lock");
+        let g = match cache.get(&unit.name) {
+            Some(g) => g.clone(),
+            None => {
+                let g = Df11Group::load(model, unit, &self.device)?;
+                cache.insert(unit.name.clone(), g.clone());
+                g
+            }
+        };
+        Ok(Some((g, member)))
+    }
+
+    /// The linear layer of module `module` (weight `module.weight`, optional `module.bias`).
+    pub fn linear(
+        &self,
+        module: &str,
+        out_features: usize,
+        in_features: usize,
+        bias: bool,
+    ) -> Result<Linear> {
+        let weight = format!("{module}.weight");
+        let bias = if bias {
+            Some(self.tensor(&format!("{module}.bias"), &[out_features])?)
+        } else {
+            None
+        };
+        if let Some((g, member)) = self.group_of(&weight)? {
+            let l = Df11Linear::new(g, member, out_features, in_features, bias, self.dtype)?;
+            let l = if self.format == WeightFormat::Df11DecodedAtLoad {
+                l.decoded()?
+            } else {
+                l
+            };
+            return Ok(Linear::Df11(l));
+        }
+        let w = self.tensor(&weight, &[out_features, in_features])?;
+        Ok(Linear::Dense(candle_nn::Linear::new(w, bias)))
+    }
+
+    /// The embedding of module `module` (table `module.weight`).
+    pub fn embedding(&self, module: &str, vocab: usize, hidden: usize) -> Result<Embedding> {
+        let weight = format!("{module}.weight");
+        if let Some((g, member)) = self.group_of(&weight)? {
+            let e = Df11Embedding::new(g, member, vocab, hidden, self.dtype)?;
+            let e = if self.format == WeightFormat::Df11DecodedAtLoad {
+                e.decoded()?
+            } else {
+                e
+            };
+            return Ok(Embedding::Df11(e));
+        }
+        let w = self.tensor(&weight, &[vocab, hidden])?;
+        Ok(Embedding::Dense(candle_nn::Embedding::new(w, hidden)))
+    }
+
+    /// Bytes of weights resident on the device so far (compressed units count compressed).
+    pub fn loaded_unit_bytes(&self) -> usize {
+        match &self.source {
+            Source::Df11 { groups, .. } => groups
+                .lock()
+                .expect("group cache lock")
+                .values()
+                .map(|g| g.device_bytes())
+                .sum(),
+            Source::Dense(_) => 0,
+        }
+    }
+}

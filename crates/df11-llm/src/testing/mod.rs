@@ -1,0 +1,336 @@
+//! The model test harness: every model crate runs the same tests on its fixtures, declared in
+//! one line with [`model_tests!`](crate::model_tests):
+//!
+//! - [`reference`]: against transformers' f32 `reference.json` (prompt ids, last logits of the
+//!   DF11 and BF16 folders, token-by-token and chunked prefill through the KV cache, the argmax
+//!   of every position, greedy tokens, BF16 compute, the chat template);
+//! - [`exact`]: DF11 == BF16 logits bit for bit on the test device, the tie read from the config;
+//! - [`errors`]: typed load errors (missing folder or files, another architecture, the wrong
+//!   format, legacy pickle repos, unsupported configs);
+//! - [`cli`]: the model binary end to end (JSON greedy output, `--bf16`, the chat template,
+//!   streamed text and report, the Hub cache, errors with their messages).
+//!
+//! Everything here panics on missing data: a test must not pass without it.
+
+pub mod cli;
+pub mod errors;
+pub mod exact;
+pub mod reference;
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use serde_json::Value;
+
+use df11_candle::ModelWeights;
+
+use crate::app::{load, Architecture, LoadOptions, Loaded};
+use crate::config::ModelConfig;
+use crate::error::Result;
+use crate::model::DecoderModel;
+use crate::progress::LoadBar;
+use crate::source::ModelSource;
+
+/// An architecture under test: its name and loader, the fixtures it runs, and its binary.
+#[derive(Debug, Clone)]
+pub struct ModelUnderTest {
+    /// `Architecture::NAME`.
+    pub name: &'static str,
+    /// `Architecture::MODEL_TYPES`.
+    pub model_types: &'static [&'static str],
+    /// `Architecture::DEFAULT_REPO`.
+    pub default_repo: &'static str,
+    /// `df11_llm::load::<A>`.
+    pub load: fn(&LoadOptions) -> Result<Loaded>,
+    /// `A::load`: the model from a config and weights opened on any device.
+    pub build: fn(&ModelConfig, &ModelWeights, &LoadBar) -> Result<DecoderModel>,
+    /// The fixtures of this architecture (`tests/fixtures/models/<name>`).
+    pub fixtures: &'static [&'static str],
+    /// The model binary ([`binary`]).
+    pub binary: PathBuf,
+}
+
+impl ModelUnderTest {
+    /// Architecture `A` on `fixtures`, its binary at `binary`.
+    pub fn of<A: Architecture>(fixtures: &'static [&'static str], binary: PathBuf) -> Self {
+        assert!(!fixtures.is_empty(), "{}: no fixture to test", A::NAME);
+        Self {
+            name: A::NAME,
+            model_types: A::MODEL_TYPES,
+            default_repo: A::DEFAULT_REPO,
+            load: load::<A>,
+            build: A::load,
+            fixtures,
+            binary,
+        }
+    }
+
+    /// Loads `dir` on the CPU (`bf16`: as a plain BF16 folder), or the error.
+    pub fn try_load(&self, dir: &Path, bf16: bool, dtype: DType) -> Result<Loaded> {
+        (self.load)(&LoadOptions {
+            source: ModelSource::Local(dir.to_path_buf()),
+            bf16,
+            device: Device::Cpu,
+            dtype,
+            show_progress: false,
+        })
+    }
+
+    /// Loads `dir` on the CPU; panics with the error.
+    pub fn load_dir(&self, dir: &Path, bf16: bool, dtype: DType) -> Loaded {
+        self.try_load(dir, bf16, dtype)
+            .unwrap_or_else(|e| panic!("loading {}: {e}", dir.display()))
+    }
+
+    /// Loads fixture `name`, DF11 (`kind` = `df11`) or BF16 (`bf16`), on the CPU.
+    pub fn load_fixture(&self, name: &str, kind: &str, dtype: DType) -> Loaded {
+        self.load_dir(&model_dir(name, kind), kind == "bf16", dtype)
+    }
+
+    /// The fixtures of other architectures (found by their config's `model_type`), with their
+    /// `architectures[0]`.
+    pub fn other_architectures(&self) -> Vec<(String, String)> {
+        let mut others = Vec::new();
+        let models = fixtures().join("models");
+        let mut names: Vec<_> = std::fs::read_dir(&models)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        for name in names {
+            let config = models.join(&name).join("df11/config.json");
+            let Ok(text) = std::fs::read_to_string(&config) else {
+                continue;
+            };
+            let json: Value = serde_json::from_str(&text).unwrap();
+            let model_type = json["model_type"].as_str().unwrap_or("");
+            if !self.model_types.contains(&model_type) {
+                let arch = json["architectures"][0].as_str().unwrap().to_string();
+                others.push((name, arch));
+            }
+        }
+        assert!(!others.is_empty(), "no fixture of another architecture");
+        others
+    }
+}
+
+/// Declares the shared model tests (see [`crate::testing`]) for architecture `$arch`, its binary
+/// `$bin` (the package's `[[bin]]` name) and its fixtures.
+///
+/// ```ignore
+/// df11_llm::model_tests!(qwen3_df11::Qwen3Arch, "qwen3-df11", ["qwen3-tiny", "qwen3-tied-tiny"]);
+/// ```
+#[macro_export]
+macro_rules! model_tests {
+    ($arch:ty, $bin:literal, [$($fixture:literal),+ $(,)?]) => {
+        fn model_under_test() -> $crate::testing::ModelUnderTest {
+            $crate::testing::ModelUnderTest::of::<$arch>(
+                &[$($fixture),+],
+                $crate::testing::binary($bin, env!(concat!("CARGO_BIN_EXE_", $bin))),
+            )
+        }
+        $crate::model_tests!(@tests model_under_test;
+            reference::prompt_ids_match_the_reference_tokenizer,
+            reference::last_logits_match_the_f32_reference,
+            reference::token_by_token_and_chunked_prefill_match_the_reference,
+            reference::greedy_tokens_match_the_reference,
+            reference::bf16_compute_is_close_to_the_reference,
+            reference::chat_template_matches_transformers,
+            exact::df11_logits_equal_bf16_logits_bit_for_bit,
+            exact::tie_is_read_from_the_config,
+            errors::missing_folder,
+            errors::another_architecture,
+            errors::wrong_format_either_way,
+            errors::missing_tokenizer_config_and_weights,
+            errors::legacy_pickle_repo_is_named_as_such,
+            errors::unsupported_configs_are_invalid_config,
+            cli::local_folder_greedy_json_matches_the_reference_and_bf16,
+            cli::chat_template_prompt_ids_match_transformers,
+            cli::streamed_text_and_report,
+            cli::hub_cache_offline_default_repo_and_unreachable_hub,
+            cli::errors_exit_non_zero_with_a_message,
+        );
+    };
+    (@tests $mut:ident; $($module:ident :: $test:ident),+ $(,)?) => {
+        mod shared {
+            $(
+                #[test]
+                fn $test() {
+                    $crate::testing::$module::$test(&super::$mut());
+                }
+            )+
+        }
+    };
+}
+
+/// The path of binary `name` for an end-to-end test: `$DF11_BIN_DIR/<name>` when that variable is
+/// set (test binaries carried to another machine, e.g. the GPU suite, with the model binaries
+/// beside them), else `built`, the path cargo compiled in (`env!("CARGO_BIN_EXE_<name>")`).
+pub fn binary(name: &str, built: &str) -> PathBuf {
+    match std::env::var_os("DF11_BIN_DIR") {
+        Some(dir) => PathBuf::from(dir).join(name),
+        None => PathBuf::from(built),
+    }
+}
+
+/// `tests/fixtures` of the workspace, resolved at run time from `CARGO_MANIFEST_DIR` (falling
+/// back to the compile-time value). Panics when missing: a test must not pass without data.
+pub fn fixtures() -> PathBuf {
+    let manifest = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    let dir = PathBuf::from(manifest).join("../../tests/fixtures");
+    assert!(
+        dir.join("models").is_dir(),
+        "fixtures not found at {}",
+        dir.display()
+    );
+    dir
+}
+
+/// `tests/fixtures/models/<name>/<kind>` (kind: `bf16` or `df11`).
+pub fn model_dir(name: &str, kind: &str) -> PathBuf {
+    let d = fixtures().join("models").join(name).join(kind);
+    assert!(d.is_dir(), "fixture folder missing: {}", d.display());
+    d
+}
+
+/// The fixture's reference.json.
+pub fn reference(name: &str) -> Value {
+    let path = fixtures().join("models").join(name).join("reference.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).expect("reference.json parses")
+}
+
+/// A JSON array of integers.
+pub fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("an array of ids")
+        .iter()
+        .map(|x| x.as_u64().expect("an id") as u32)
+        .collect()
+}
+
+/// A JSON array of numbers.
+pub fn floats(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .expect("an array of numbers")
+        .iter()
+        .map(|x| x.as_f64().expect("a number"))
+        .collect()
+}
+
+/// `[1, seq]` u32 ids on the CPU.
+pub fn input(ids: &[u32]) -> Tensor {
+    input_on(ids, &Device::Cpu)
+}
+
+/// `[1, seq]` u32 ids on `device`.
+pub fn input_on(ids: &[u32], device: &Device) -> Tensor {
+    Tensor::new(ids, device).unwrap().unsqueeze(0).unwrap()
+}
+
+/// The device of the device-level tests: CUDA device 0 when built with the `cuda` feature (the
+/// GPU suite), else the CPU. With `cuda` on and no GPU this fails loudly.
+pub fn test_device() -> Device {
+    #[cfg(feature = "cuda")]
+    {
+        Device::new_cuda(0).expect("the cuda feature is on but no CUDA device opened")
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Device::Cpu
+    }
+}
+
+/// The reference greedy tokens that can be compared: up to (excluding) the first step whose
+/// recorded top-1/top-2 margin is below `min_margin`.
+pub fn comparable_greedy(reference: &Value, min_margin: f64) -> Vec<u32> {
+    let greedy = &reference["greedy"];
+    let tokens = ids(&greedy["tokens"]);
+    let margins = floats(&greedy["margins"]);
+    assert_eq!(tokens.len(), margins.len());
+    let n = margins
+        .iter()
+        .position(|m| *m < min_margin)
+        .unwrap_or(tokens.len());
+    tokens[..n].to_vec()
+}
+
+/// A copy of folder `src` in a temporary folder, without the file `skip` (`""`: none), its
+/// `config.json` changed by `edit`.
+pub fn copy_fixture(src: &Path, skip: &str, edit: impl FnOnce(&mut Value)) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() != skip {
+            std::fs::copy(entry.path(), tmp.path().join(entry.file_name())).unwrap();
+        }
+    }
+    let path = tmp.path().join("config.json");
+    if path.is_file() {
+        let mut config: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        edit(&mut config);
+        std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+    }
+    tmp
+}
+
+/// The object of a config holding the language model's fields: `text_config` where there is
+/// one (multimodal checkpoints), else the config itself.
+pub fn text_config(config: &mut Value) -> &mut Value {
+    if config.get("text_config").is_some_and(Value::is_object) {
+        &mut config["text_config"]
+    } else {
+        config
+    }
+}
+
+/// `[vocab]` f32 values of `[1, vocab]` logits.
+pub fn values(logits: &Tensor) -> Vec<f32> {
+    logits
+        .squeeze(0)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+}
+
+/// `|got - want| <= 1e-4 + 1e-4 |want|` for every logit: the fixtures' f32 tolerance.
+pub fn assert_logits_close(what: &str, got: &[f32], want: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{what}: vocabulary size");
+    let mut worst = (0.0f64, 0usize);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let err = (*g as f64 - w).abs();
+        let tol = 1e-4 + 1e-4 * w.abs();
+        assert!(
+            err <= tol,
+            "{what}: logit {i}: got {g}, reference {w} (|diff| {err:e} > {tol:e})"
+        );
+        if err > worst.0 {
+            worst = (err, i);
+        }
+    }
+    eprintln!("{what}: max |diff| {:e} at {}", worst.0, worst.1);
+}
+
+/// A forward pass's output as bits (f32, or bf16 widened), for bit-for-bit comparisons.
+pub fn logit_bits(t: &Tensor) -> Vec<u32> {
+    let t = t.flatten_all().unwrap();
+    match t.dtype() {
+        DType::F32 => t
+            .to_vec1::<f32>()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect(),
+        DType::BF16 => t
+            .to_vec1::<half::bf16>()
+            .unwrap()
+            .iter()
+            .map(|x| u32::from(x.to_bits()))
+            .collect(),
+        other => panic!("unexpected dtype {other:?}"),
+    }
+}
