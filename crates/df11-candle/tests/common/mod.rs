@@ -1,7 +1,14 @@
-//! Shared helpers for the integration tests: fixture paths and comparisons.
+//! Shared helpers for the integration tests: fixture paths and comparisons; `damage` and
+//! `roundtrip` hold the helpers of the `damaged_*.rs` and codec round-trip tests.
 #![allow(dead_code)]
 
+pub mod damage;
+pub mod roundtrip;
+
 use std::path::PathBuf;
+
+use rand::rngs::StdRng;
+use rand::SeedableRng;
 
 /// The fixture models bundled in `tests/fixtures/models`.
 pub const MODELS: [&str; 7] = [
@@ -67,4 +74,15 @@ pub fn seed() -> u64 {
         });
     eprintln!("seed: {s} (set DF11_TEST_SEED={s} to replay)");
     s
+}
+
+/// A fresh seed per test (or `DF11_TEST_SEED` to replay one), printed so it shows with a failure,
+/// and a generator seeded with it.
+pub fn seeded(test: &str) -> (u64, StdRng) {
+    let seed = std::env::var("DF11_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random::<u64>);
+    eprintln!("{test}: seed {seed} (replay with DF11_TEST_SEED={seed})");
+    (seed, StdRng::seed_from_u64(seed))
 }
