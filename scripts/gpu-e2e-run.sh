@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # End-to-end Qwen3-8B-shaped bench on the GPU machine, packed by scripts/gpu-suite.sh as
 # .gpu/suite/e2e.sh (run from the repository root after .gpu/suite/run.sh, which unpacks the
-# binaries into /tmp/df11-suite-bin). Generates a BF16
-# model with N(0, 0.02) weights, compresses it with `df11 compress`, verifies it, and runs
-# qwen3-df11-bench on the DF11 and the BF16 folders (separate processes, so each peak is its own).
+# binaries into /tmp/df11-suite-bin). Generates a BF16 model with N(0, 0.02) weights, compresses
+# it with `df11 compress`, verifies it, and runs qwen3-df11-bench (separate processes, so each
+# peak is its own) on the DF11 folder, the BF16 folder and, as the baseline row, the BF16 folder
+# through stock candle-transformers' Qwen3 (--stock): batch 1 and 8 at context 512, batch 1 at
+# context 8192, and DF11 without the CUDA graph. E2E_QUICK=1 runs batch 1 at context 512 only.
 set -uo pipefail
 LOG=${OUT:-/tmp/df11-e2e}
 BIN=/tmp/df11-suite-bin
@@ -12,39 +14,60 @@ mkdir -p "$LOG" "$WORK"
 if [ ! -x "$BIN/synth_model" ]; then
   mkdir -p "$BIN" && xz -dc .gpu/suite/bins.tar.xz | tar xf - -C "$BIN" && chmod +x "$BIN"/*
 fi
-t0=$(date +%s)
-"$BIN/synth_model" --template tests/fixtures/models/qwen3-tiny/bf16 --out "$WORK/bf16" 2> "$LOG/synth.log" || { tail "$LOG/synth.log"; exit 1; }
-t1=$(date +%s)
-"$BIN/df11" compress "$WORK/bf16" "$WORK/df11" 2>/dev/null | tee "$LOG/compress.txt" || exit 1
-t2=$(date +%s)
-"$BIN/df11" verify "$WORK/df11" "$WORK/bf16" 2>/dev/null | tee -a "$LOG/compress.txt" || exit 1
-echo "synth ${t1}-${t0}=$((t1 - t0)) s, compress $((t2 - t1)) s" | tee -a "$LOG/compress.txt"
-du -sh "$WORK/bf16" "$WORK/df11" | tee -a "$LOG/compress.txt"
+if [ ! -f "$WORK/df11/config.json" ]; then
+  t0=$(date +%s)
+  "$BIN/synth_model" --template tests/fixtures/models/qwen3-tiny/bf16 --out "$WORK/bf16" 2> "$LOG/synth.log" || { tail "$LOG/synth.log"; exit 1; }
+  t1=$(date +%s)
+  "$BIN/df11" compress "$WORK/bf16" "$WORK/df11" 2>/dev/null | tee "$LOG/compress.txt" || exit 1
+  t2=$(date +%s)
+  "$BIN/df11" verify "$WORK/df11" "$WORK/bf16" 2>/dev/null | tee -a "$LOG/compress.txt" || exit 1
+  echo "synth $((t1 - t0)) s, compress $((t2 - t1)) s" | tee -a "$LOG/compress.txt"
+  du -sh "$WORK/bf16" "$WORK/df11" | tee -a "$LOG/compress.txt"
+fi
 : > "$LOG/bench.jsonl"
-for batch in 1 8; do
+bench() {  # <label> <args...>
+  local label=$1; shift
+  if out=$("$BIN/qwen3-df11-bench" "$@" ${BENCH_ARGS:-} 2>> "$LOG/bench.err"); then
+    echo "{\"run\": \"$label\", \"result\": $out}" >> "$LOG/bench.jsonl"
+  else
+    echo "bench $label failed"; tail -5 "$LOG/bench.err"
+  fi
+}
+batches="1 8"; [ -n "${E2E_QUICK:-}" ] && batches=1
+for batch in $batches; do
+  bench "df11 b$batch ctx512" --model-dir "$WORK/df11" --batch "$batch"
+  bench "bf16 b$batch ctx512" --model-dir "$WORK/bf16" --bf16 --batch "$batch"
+  bench "stock b$batch ctx512" --model-dir "$WORK/bf16" --stock --batch "$batch"
+done
+bench "df11 b1 ctx512 no-graph" --model-dir "$WORK/df11" --no-cuda-graph
+if [ -z "${E2E_QUICK:-}" ]; then
   for fmt in df11 bf16; do
     flag=""; [ "$fmt" = bf16 ] && flag="--bf16"
-    "$BIN/qwen3-df11-bench" --model-dir "$WORK/$fmt" $flag --batch $batch ${BENCH_ARGS:-} \
-      >> "$LOG/bench.jsonl" 2>> "$LOG/bench.err" || { echo "bench $fmt batch $batch failed"; tail -5 "$LOG/bench.err"; }
+    bench "$fmt b1 ctx8192" --model-dir "$WORK/$fmt" $flag --prompt-tokens 8192 --prefill-chunk 1024
   done
-done
-# The BF16 model through cuBLAS at every batch size (DF11_MATMUL=decode): the stock-candle-like
-# baseline the fused path is also compared with. And the DF11 model with its exponents kept as the
-# Huffman stream (DF11_EXPONENTS=huffman) instead of packed (the default where it fits).
-DF11_MATMUL=decode "$BIN/qwen3-df11-bench" --model-dir "$WORK/bf16" --bf16 --batch 1 ${BENCH_ARGS:-} \
-  > "$LOG/bench_cublas.jsonl" 2>> "$LOG/bench.err" || echo "bench bf16 cublas failed"
-DF11_EXPONENTS=huffman "$BIN/qwen3-df11-bench" --model-dir "$WORK/df11" --batch 1 ${BENCH_ARGS:-} \
-  >> "$LOG/bench_cublas.jsonl" 2>> "$LOG/bench.err" || echo "bench df11 huffman failed"
-cat "$LOG/bench.jsonl" "$LOG/bench_cublas.jsonl"
-# Lossless means the same greedy tokens: DF11 and BF16 must agree at each batch size.
+fi
+# A table, and lossless means the same greedy tokens: DF11 and BF16 must agree in each setting.
 python3 - "$LOG/bench.jsonl" <<'PY'
 import json, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print(f"{'run':28} {'load s':>7} {'prefill tok/s':>14} {'decode tok/s':>13} {'ms/step':>8} {'peak GB':>8}")
+for r in runs:
+    x = r["result"]
+    peak = x["peak_bytes"] / 1e9 if x["peak_bytes"] else float("nan")
+    print(f"{r['run']:28} {x['load_s']:7.2f} {x['prefill_tok_s']:14.0f} {x['decode_tok_s']:13.1f} "
+          f"{x['decode_ms_per_step']:8.2f} {peak:8.2f}")
+by = {r["run"]: r["result"] for r in runs}
 ok = True
-for b in sorted({r["batch"] for r in runs}):
-    t = {r["format"]: r["tokens"] for r in runs if r["batch"] == b}
-    same = t.get("df11") is not None and t.get("df11") == t.get("bf16")
-    ok &= same
-    print(f"batch {b}: DF11 tokens {'==' if same else '!='} BF16 tokens")
+for key in sorted(k for k in by if k.startswith("df11 ")):
+    other = "bf16 " + key[5:]
+    if other in by:
+        same = by[key]["tokens"] == by[other]["tokens"]
+        ok &= same
+        d, b = by[key]["decode_tok_s"], by[other]["decode_tok_s"]
+        print(f"{key[5:]}: DF11 tokens {'==' if same else '!='} BF16 tokens; decode DF11/BF16 {d / b:.3f}")
+    if key.endswith("no-graph"):
+        same = by[key]["tokens"] == by[key.replace(" no-graph", "")]["tokens"]
+        ok &= same
+        print(f"graph vs no graph: tokens {'==' if same else '!='}")
 sys.exit(0 if ok else 1)
 PY

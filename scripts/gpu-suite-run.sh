@@ -26,25 +26,28 @@ while read -r name crate; do
   rm -f "$tlog"
 done < "$SUITE/tests.txt"
 
-# compute-sanitizer memcheck over the decode tests: every fixture unit, the real Qwen3-4B slice and
-# the stress units decoded on the GPU, and the damaged units.
-memcheck() {  # <binary prefix> [test filter]
-  local bin
-  bin=$(awk -v p="^$1-" '$0 ~ p {print $1}' "$SUITE/tests.txt")
-  [ -n "$bin" ] || { summary+=("FAIL memcheck $1: binary not found"); fail=1; return; }
-  if (cd crates/df11-candle && CARGO_MANIFEST_DIR=$PWD compute-sanitizer --tool memcheck --error-exitcode 9 \
-      "$BIN/$bin" --test-threads=1 ${2:-}) > "$LOG/memcheck_$1.log" 2>&1; then
-    summary+=("PASS memcheck $1 ${2:-}: $(grep -E "ERROR SUMMARY" "$LOG/memcheck_$1.log" | tail -1)")
+# compute-sanitizer over the kernel tests: memcheck over the decode tests (every fixture unit, the
+# real Qwen3-4B slice and the stress units decoded on the GPU, the damaged units), the fused kernel
+# and the decode step's kernels; racecheck over the decode step's kernels (shared memory).
+sanitize() {  # <tool> <binary prefix> [test filter]
+  local bin crate
+  read -r bin crate < <(awk -v p="^$2-" '$0 ~ p {print $1, $2; exit}' "$SUITE/tests.txt")
+  [ -n "$bin" ] || { summary+=("FAIL $1 $2: binary not found"); fail=1; return; }
+  if (cd "$crate" && CARGO_MANIFEST_DIR=$PWD compute-sanitizer --tool "$1" --error-exitcode 9 \
+      "$BIN/$bin" --test-threads=1 ${3:-}) > "$LOG/$1_$2.log" 2>&1; then
+    summary+=("PASS $1 $2 ${3:-}: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG/$1_$2.log" | tail -1)")
   else
     fail=1
-    summary+=("FAIL memcheck $1: $(grep -E "ERROR SUMMARY|panicked" "$LOG/memcheck_$1.log" | head -2 | tr '\n' ' ')")
+    summary+=("FAIL $1 $2: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|panicked" "$LOG/$1_$2.log" | head -2 | tr '\n' ' ')")
   fi
 }
 if command -v compute-sanitizer > /dev/null; then
-  memcheck modules_exact units_decode
-  memcheck device_stress
-  memcheck device_damaged
-  memcheck fused_exact odd_shapes
+  sanitize memcheck modules_exact units_decode
+  sanitize memcheck device_stress
+  sanitize memcheck device_damaged
+  sanitize memcheck fused_exact odd_shapes
+  sanitize memcheck step_kernels
+  sanitize racecheck step_kernels
 else
   fail=1
   summary+=("FAIL memcheck: compute-sanitizer not found")

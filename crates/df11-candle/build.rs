@@ -29,6 +29,7 @@ fn main() {
     compile(&nvcc, &cap, &kernels, &out, "df11_fused");
     compile(&nvcc, &cap, &kernels, &out, "df11_packed");
     compile(&nvcc, &cap, &kernels, &out, "llm_ops");
+    compile(&nvcc, &cap, &kernels, &out, "decode_step");
     println!(
         "cargo:rerun-if-changed={}",
         kernels.join("df11_packed.cuh").display()

@@ -16,7 +16,7 @@ use crate::config::{GenerationDefaults, ModelConfig};
 use crate::device::{select_device, select_dtype};
 use crate::error::{LlmError, Result};
 use crate::generate::{generate, Generation, GenerationParams};
-use crate::model::DecoderModel;
+use crate::model::{DecodeOptions, DecoderModel};
 use crate::progress::LoadBar;
 use crate::report::report;
 use crate::sampling::SamplingParams;
@@ -63,6 +63,8 @@ pub struct LoadOptions {
     pub dtype: DType,
     /// Draw progress bars.
     pub show_progress: bool,
+    /// How decode steps run (maximum context, CUDA graphs).
+    pub decode: DecodeOptions,
 }
 
 /// A loaded model with everything needed to prompt it.
@@ -119,8 +121,9 @@ pub fn load<A: Architecture>(opts: &LoadOptions) -> Result<Loaded> {
     };
     let weights = ModelWeights::open(&dir, format, &opts.device, opts.dtype)?;
     let bar = LoadBar::new(0, opts.show_progress);
-    let model = A::load(&config, &weights, &bar)?;
+    let mut model = A::load(&config, &weights, &bar)?;
     bar.finish();
+    model.set_options(opts.decode.clone())?;
     Ok(Loaded {
         dir,
         config,
@@ -183,6 +186,7 @@ pub fn run<A: Architecture>(args: &CommonArgs) -> Result<Generation> {
         device,
         dtype,
         show_progress: !args.json,
+        decode: args.decode_options(),
     };
     let started = Instant::now();
     let mut loaded = load::<A>(&opts)?;

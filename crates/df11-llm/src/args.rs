@@ -116,9 +116,31 @@ pub struct CommonArgs {
     /// (packed where it costs at most 3.52 bits per weight). [default: $DF11_EXPONENTS, else auto]
     #[arg(long)]
     pub exponents: Option<df11_candle::ExponentForm>,
+
+    /// Positions a sequence may reach (prompt and generated tokens): the KV cache is allocated
+    /// for this many at load. [default: the model's maximum, at most 4096]
+    #[arg(long)]
+    pub max_context: Option<usize>,
+
+    /// Run each decode step as separate launches instead of replaying a captured CUDA graph
+    /// (same tokens and logits, bit for bit). [default: $DF11_CUDA_GRAPH=0 turns graphs off]
+    #[arg(long)]
+    pub no_cuda_graph: bool,
 }
 
 impl CommonArgs {
+    /// How decode steps run, from the flags and the environment.
+    pub fn decode_options(&self) -> crate::model::DecodeOptions {
+        let mut options = crate::model::DecodeOptions {
+            max_context: self.max_context,
+            ..Default::default()
+        };
+        if self.no_cuda_graph {
+            options.cuda_graph = false;
+        }
+        options
+    }
+
     /// The model source the flags name. `default_repo` is used when neither --model-id nor
     /// --model-dir is given.
     pub fn source(&self, default_repo: &str) -> ModelSource {

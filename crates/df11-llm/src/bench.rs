@@ -11,6 +11,7 @@ use crate::app::{load, Architecture, LoadOptions};
 use crate::error::{LlmError, Result};
 use crate::generate::CausalLm;
 use crate::memory::PeakMemory;
+use crate::model::DecodeOptions;
 use crate::source::ModelSource;
 
 /// What to measure.
@@ -32,6 +33,10 @@ pub struct BenchOptions {
     pub decode_tokens: usize,
     /// Seed of the random prompt.
     pub seed: u64,
+    /// Capture decode steps as CUDA graphs.
+    pub cuda_graph: bool,
+    /// Prefill the prompt in pieces of this many tokens (long contexts).
+    pub prefill_chunk: Option<usize>,
 }
 
 /// The measurements.
@@ -56,7 +61,7 @@ pub struct BenchResult {
 }
 
 /// A tiny xorshift generator: the prompt only needs to be reproducible.
-fn random_ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+pub fn random_ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
     let mut s = seed | 1;
     (0..n)
         .map(|_| {
@@ -68,8 +73,8 @@ fn random_ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
-/// Greedy next token of each sequence, from `[batch, vocab]` logits.
-fn argmax(logits: &Tensor) -> Result<Vec<u32>> {
+/// Greedy next token of each sequence, from `[batch, vocab]` (or `[batch, 1, vocab]`) logits.
+pub fn argmax(logits: &Tensor) -> Result<Vec<u32>> {
     Ok(logits
         .argmax(candle_core::D::Minus1)?
         .flatten_all()?
@@ -86,45 +91,84 @@ pub fn bench_model<A: Architecture>(opts: &BenchOptions) -> Result<BenchResult> 
         device: opts.device.clone(),
         dtype: opts.dtype,
         show_progress: false,
+        decode: DecodeOptions {
+            max_context: Some(opts.prompt_tokens + opts.decode_tokens + 2),
+            cuda_graph: opts.cuda_graph,
+            ..Default::default()
+        },
     })?;
     opts.device.synchronize()?;
     let load_s = t.elapsed().as_secs_f64();
-    let json = loaded.config.json();
-    let vocab = json
-        .get("vocab_size")
+    let vocab = vocab_size(&loaded.config)?;
+    let format = if opts.bf16 { "bf16" } else { "df11" };
+    let model = &mut loaded.model;
+    measure(opts, format, load_s, vocab, &mut peak, &mut |ids, pos| {
+        if pos == 0 {
+            model.reset();
+        }
+        model.forward(ids, pos)
+    })
+}
+
+/// `vocab_size` of a config (top level or `text_config`).
+pub fn vocab_size(config: &crate::ModelConfig) -> Result<usize> {
+    let json = config.json();
+    json.get("vocab_size")
         .or_else(|| json.get("text_config").and_then(|t| t.get("vocab_size")))
         .and_then(serde_json::Value::as_u64)
-        .ok_or_else(|| LlmError::config(loaded.config.path(), "no vocab_size"))?
-        as usize;
-    let model = &mut loaded.model;
+        .map(|v| v as usize)
+        .ok_or_else(|| LlmError::config(config.path(), "no vocab_size"))
+}
+
+/// The timed part, for any model behind `forward` (`[batch, seq]` ids at a position → last
+/// logits; position 0 starts a new sequence): a warm-up prefill, the timed prefill of the
+/// random prompt, one untimed decode step (which captures a CUDA graph where the model has one),
+/// then `decode_tokens` timed greedy steps.
+pub fn measure(
+    opts: &BenchOptions,
+    format: &str,
+    load_s: f64,
+    vocab: usize,
+    peak: &mut PeakMemory,
+    forward: &mut dyn FnMut(&Tensor, usize) -> Result<Tensor>,
+) -> Result<BenchResult> {
     let b = opts.batch.max(1);
     let prompt = random_ids(b * opts.prompt_tokens, vocab, opts.seed);
-    model.reserve(opts.prompt_tokens + opts.decode_tokens + 1);
-
     // Warm-up (kernels loaded, allocator primed), then the timed prefill.
-    let warm = Tensor::new(&prompt[..b * 16.min(opts.prompt_tokens)], &opts.device)?
-        .reshape((b, 16.min(opts.prompt_tokens)))?;
-    model.forward(&warm, 0)?;
-    model.reset();
+    let warm_len = 16.min(opts.prompt_tokens);
+    let warm = Tensor::new(&prompt[..b * warm_len], &opts.device)?.reshape((b, warm_len))?;
+    forward(&warm, 0)?;
     opts.device.synchronize()?;
     let ids = Tensor::new(prompt.as_slice(), &opts.device)?.reshape((b, opts.prompt_tokens))?;
     let t = Instant::now();
-    let logits = model.forward(&ids, 0)?;
+    let chunk = opts.prefill_chunk.unwrap_or(opts.prompt_tokens).max(1);
+    let mut logits = None;
+    for start in (0..opts.prompt_tokens).step_by(chunk) {
+        let len = chunk.min(opts.prompt_tokens - start);
+        logits = Some(forward(&ids.narrow(1, start, len)?.contiguous()?, start)?);
+    }
+    let logits = logits.ok_or_else(|| LlmError::Usage("an empty prompt".into()))?;
     let mut next = argmax(&logits)?;
     let prefill_s = t.elapsed().as_secs_f64();
     peak.sample();
 
+    // The first decode step captures the step's CUDA graph: it is not timed.
     let mut tokens = vec![next[0]];
-    let t = Instant::now();
-    for i in 0..opts.decode_tokens {
+    let mut t = Instant::now();
+    for i in 0..=opts.decode_tokens {
+        if i == 1 {
+            opts.device.synchronize()?;
+            t = Instant::now();
+        }
         let ids = Tensor::new(next.as_slice(), &opts.device)?.reshape((b, 1))?;
-        let logits = model.forward(&ids, opts.prompt_tokens + i)?;
+        let logits = forward(&ids, opts.prompt_tokens + i)?;
         next = argmax(&logits)?;
         tokens.push(next[0]);
     }
     let decode_s = t.elapsed().as_secs_f64();
+    peak.sample();
     Ok(BenchResult {
-        format: if opts.bf16 { "bf16" } else { "df11" }.into(),
+        format: format.into(),
         batch: b,
         load_s,
         prefill_tok_s: prompt.len() as f64 / prefill_s,

@@ -3,8 +3,17 @@
 //! biases, q/k norms and scale each family has) and a gated MLP. What varies is a
 //! [`DecoderSpec`]. Weights are read through [`ModelWeights`] under transformers' names, so the
 //! same layer runs a DF11 folder and a plain BF16 one.
+//!
+//! Two ways through a layer, both over a preallocated [`KvCache`]:
+//! - [`DecoderLayer::forward`]: the eager pass (prefill, and decode steps off the kernel path),
+//!   positions known on the host, candle's ops;
+//! - [`DecoderLayer::step`] (CUDA, BF16): one decode token per row, rows at their own positions
+//!   and cache slots read from device tensors, the residual add fused with the next norm, q/k
+//!   norm + RoPE + cache write in one launch, flash-decoding attention over the cache in place.
+//!   Nothing in it depends on host values that change between steps, so a CUDA graph captured
+//!   once replays it (`crate::graph`).
 
-use candle_core::{Module, Tensor};
+use candle_core::{DType, Module, Tensor};
 use df11_candle::{Linear, ModelWeights};
 
 use crate::activation::gated;
@@ -59,18 +68,24 @@ impl DecoderLayer {
         })
     }
 
-    /// `x` (`[batch, seq, hidden]`) at the positions of the rotary tables `cos`/`sin`; `mask` is
-    /// the additive causal mask (`None` when every cached key is visible to the one query).
+    /// `x` (`[batch, seq, hidden]`, row `r` in cache slot `first_slot + r`) at positions
+    /// `start..start + seq`, the rows of the rotary tables `cos`/`sin`; `mask` is the additive
+    /// causal mask (`None` when every cached key is visible to the one query).
+    #[allow(clippy::too_many_arguments)]
     pub fn forward(
-        &mut self,
+        &self,
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
         mask: Option<&Tensor>,
+        kv: &KvCache,
+        first_slot: usize,
+        start: usize,
     ) -> Result<Tensor> {
+        let normed = self.input_layernorm.forward(x)?;
         let h = self
             .self_attn
-            .forward(&self.input_layernorm.forward(x)?, cos, sin, mask)?;
+            .forward(&normed, cos, sin, mask, kv, first_slot, start)?;
         match &self.sandwich {
             None => {
                 let x = (x + h)?;
@@ -87,9 +102,42 @@ impl DecoderLayer {
         }
     }
 
-    /// The layer's KV cache.
-    pub fn cache_mut(&mut self) -> &mut KvCache {
-        &mut self.self_attn.cache
+    /// One decode step (CUDA, BF16): `x` is the residual stream `[rows, 1, hidden]` before this
+    /// layer, `pending` the previous layer's output still to be added to it. Returns the residual
+    /// stream and this layer's output to add (fused with the next norm). `x` may be updated in
+    /// place: the caller must not read it afterwards.
+    #[cfg(feature = "cuda")]
+    pub fn step(
+        &self,
+        x: Tensor,
+        pending: Option<Tensor>,
+        ctx: &crate::step::StepCtx<'_>,
+        kv: &KvCache,
+    ) -> Result<(Tensor, Tensor)> {
+        let (x, normed) = crate::step::add_norm(x, pending, &self.input_layernorm)?;
+        let h = self.self_attn.step(&normed, ctx, kv)?;
+        match &self.sandwich {
+            None => {
+                let (x, normed) =
+                    crate::step::add_norm(x, Some(h), &self.post_attention_layernorm)?;
+                Ok((x, self.mlp.forward(&normed)?))
+            }
+            Some(s) => {
+                let x = (x + self.post_attention_layernorm.forward(&h)?)?;
+                let h = self.mlp.forward(&s.pre_feedforward.forward(&x)?)?;
+                Ok((x, s.post_feedforward.forward(&h)?))
+            }
+        }
+    }
+
+    /// The layer's attention.
+    pub fn attention(&self) -> &SelfAttention {
+        &self.self_attn
+    }
+
+    /// Whether [`DecoderLayer::step`] can run this layer (see [`SelfAttention::step_supported`]).
+    pub fn step_supported(&self) -> bool {
+        self.self_attn.step_supported()
     }
 }
 
@@ -105,12 +153,18 @@ pub struct SelfAttention {
     o_proj: Linear,
     /// Per-head norms of queries and keys (before RoPE).
     qk_norm: Option<(RmsNorm, RmsNorm)>,
+    /// The q/k norm weights as the step kernel takes them: f32, `1 + w` for Gemma's flavour.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    head_norms_f32: Option<(Tensor, Tensor)>,
     heads: usize,
     kv_heads: usize,
     head_dim: usize,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    eps: f64,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    norm: crate::spec::NormKind,
     scale: f64,
     softcap: Option<f64>,
-    cache: KvCache,
 }
 
 impl SelfAttention {
@@ -137,23 +191,33 @@ impl SelfAttention {
         } else {
             None
         };
+        let head_norms_f32 = match &qk_norm {
+            Some((q, k)) => Some((
+                q.weight().to_dtype(DType::F32)?,
+                k.weight().to_dtype(DType::F32)?,
+            )),
+            None => None,
+        };
         Ok(Self {
             qkv,
             o_proj: linear("o_proj", hidden, heads * d, spec.o_bias)?,
             qk_norm,
+            head_norms_f32,
             heads,
             kv_heads,
             head_dim: d,
+            eps: spec.rms_norm_eps,
+            norm: spec.norm,
             scale: spec.attention_scale,
             softcap: spec.attn_softcap,
-            cache: KvCache::new(spec.max_positions),
         })
     }
 
-    /// Queries, keys and values of `x`, `[batch, heads, seq, head_dim]` each.
-    fn project(&self, x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+    /// Queries, keys and values of `x`, `[batch, seq, heads * head_dim]` each (views into one
+    /// output for a fused projection).
+    fn project_rows(&self, x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
         let d = self.head_dim;
-        let (q, k, v) = match &self.qkv {
+        Ok(match &self.qkv {
             QkvProj::Separate { q, k, v } => (q.forward(x)?, k.forward(x)?, v.forward(x)?),
             QkvProj::Fused(qkv) => {
                 let (q_width, kv_width) = (self.heads * d, self.kv_heads * d);
@@ -164,7 +228,13 @@ impl SelfAttention {
                     all.narrow(2, q_width + kv_width, kv_width)?,
                 )
             }
-        };
+        })
+    }
+
+    /// Queries, keys and values of `x`, `[batch, heads, seq, head_dim]` each.
+    fn project(&self, x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+        let d = self.head_dim;
+        let (q, k, v) = self.project_rows(x)?;
         Ok((
             split_heads(&q, self.heads, d)?,
             split_heads(&k, self.kv_heads, d)?,
@@ -172,13 +242,19 @@ impl SelfAttention {
         ))
     }
 
-    /// `softmax(q kᵀ · scale + mask) v` over the cached and the new positions, projected back.
+    /// `softmax(q kᵀ · scale + mask) v` over the cached and the new positions, projected back;
+    /// the new keys and values are written into `kv` (rows at slots `first_slot..`, positions
+    /// `start..`).
+    #[allow(clippy::too_many_arguments)]
     pub fn forward(
-        &mut self,
+        &self,
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
         mask: Option<&Tensor>,
+        kv: &KvCache,
+        first_slot: usize,
+        start: usize,
     ) -> Result<Tensor> {
         let (q, k, v) = self.project(x)?;
         let (q, k) = match &self.qk_norm {
@@ -188,12 +264,79 @@ impl SelfAttention {
         // Tables narrower than the head rotate its first features only (partial rotary).
         let q = apply_rope(&q, cos, sin)?;
         let k = apply_rope(&k, cos, sin)?;
-        let (k, v) = self.cache.append(&k, &v)?;
+        kv.write(first_slot, start, &k, &v)?;
+        let (rows, _, seq, _) = q.dims4()?;
+        let (k, v) = kv.read(first_slot, rows, start + seq)?;
         let out = match self.softcap {
             None => attention(&q, &k, &v, self.scale, mask)?,
             Some(cap) => softcapped_attention(&q, &k, &v, self.scale, cap, mask)?,
         };
         Ok(self.o_proj.forward(&merge_heads(&out)?)?)
+    }
+
+    /// Whether the step kernels can run this attention: BF16 weights of a head size they take
+    /// (even; at most 256, or at most 64 when not a multiple of 8). The device and dtype are
+    /// checked by the caller.
+    pub fn step_supported(&self) -> bool {
+        let d = self.head_dim;
+        d.is_multiple_of(2) && d > 0 && if d.is_multiple_of(8) { d <= 256 } else { d <= 64 }
+    }
+
+    /// One decode token per row (CUDA, BF16): projections, q/k norm + RoPE + cache write in one
+    /// launch, flash-decoding over the row's cached positions, the output projection.
+    #[cfg(feature = "cuda")]
+    pub fn step(&self, x: &Tensor, ctx: &crate::step::StepCtx<'_>, kv: &KvCache) -> Result<Tensor> {
+        use df11_candle::ops::{flash_decode, qk_norm_rope_kv, HeadNorm};
+        let rows = x.dim(0)?;
+        let (q, k, v) = self.project_rows(x)?;
+        let one_plus = self.norm == crate::spec::NormKind::OnePlusWeight;
+        let norms = self.head_norms_f32.as_ref().map(|(qw, kw)| {
+            (
+                HeadNorm {
+                    weight: qw,
+                    one_plus,
+                },
+                HeadNorm {
+                    weight: kw,
+                    one_plus,
+                },
+            )
+        });
+        let q = qk_norm_rope_kv(
+            &q,
+            &k,
+            &v,
+            norms,
+            self.eps as f32,
+            ctx.cos,
+            ctx.sin,
+            ctx.positions,
+            ctx.slots,
+            kv.tensor(),
+            self.heads,
+        )?;
+        let out = flash_decode(
+            &q,
+            kv.tensor(),
+            ctx.positions,
+            ctx.slots,
+            self.scale as f32,
+            self.softcap.map(|c| c as f32),
+            ctx.window,
+            ctx.splits,
+        )?;
+        let out = out.reshape((rows, 1, self.heads * self.head_dim))?;
+        Ok(self.o_proj.forward(&out)?)
+    }
+
+    /// Key/value heads and head size.
+    pub fn kv_shape(&self) -> (usize, usize) {
+        (self.kv_heads, self.head_dim)
+    }
+
+    /// Query heads per key/value head.
+    pub fn groups(&self) -> usize {
+        self.heads / self.kv_heads
     }
 }
 

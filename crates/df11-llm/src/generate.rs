@@ -12,21 +12,19 @@ use crate::memory::PeakMemory;
 use crate::sampling::{Sampler, SamplingParams};
 use crate::tokenizer::TextStream;
 
-/// At most this many new positions are preallocated in the KV cache up front; longer
-/// generations grow it as they go.
-const RESERVE_NEW_TOKENS: usize = 4096;
-
 /// A decoder-only language model with a KV cache.
 pub trait CausalLm {
     /// Runs `ids` (`[batch, seq]`, u32) at positions `start_pos..start_pos + seq` (the cache
     /// holds the positions before) and returns the logits of the last position, `[batch, vocab]`.
     fn forward(&mut self, ids: &Tensor, start_pos: usize) -> Result<Tensor>;
 
-    /// Empties the KV cache.
+    /// Starts a new sequence (the KV cache's positions are overwritten from 0).
     fn reset(&mut self);
 
-    /// Hints that the next sequence will reach `positions` positions (preallocates the cache).
-    fn reserve(&mut self, _positions: usize) {}
+    /// Positions a sequence may reach (the KV cache's size).
+    fn max_context(&self) -> usize {
+        usize::MAX
+    }
 
     /// The device the model runs on.
     fn device(&self) -> &Device;
@@ -98,14 +96,22 @@ pub fn generate<M: CausalLm + ?Sized>(
     let mut stream = TextStream::new(tokenizer);
     let mut tokens = prompt.to_vec();
     let mut generated = Vec::new();
+    let context = model.max_context();
+    if prompt.len() >= context {
+        return Err(LlmError::Usage(format!(
+            "the prompt ({} tokens) leaves no room in the context of {context} positions \
+             (--max-context)",
+            prompt.len()
+        )));
+    }
     model.reset();
-    model.reserve(prompt.len() + params.max_new_tokens.min(RESERVE_NEW_TOKENS));
 
     let start = Instant::now();
     let mut first_token_at = start;
     let mut prefill = Duration::ZERO;
     let mut last_token_at = start;
-    while generated.len() < params.max_new_tokens {
+    // The last generated token is never fed back, so a sequence may end at `context` positions.
+    while generated.len() < params.max_new_tokens && tokens.len() <= context {
         let (input, pos) = if generated.is_empty() {
             (prompt, 0)
         } else {

@@ -5,19 +5,64 @@
 //! Every linear and embedding comes from [`ModelWeights`], so the same code runs a DF11 folder
 //! (weights kept compressed, decoded just before use) and a plain BF16 folder, with bit-identical
 //! results.
+//!
+//! The KV cache is allocated once per sequence slot for a maximum context
+//! ([`DecodeOptions::max_context`]). Prompts (and decode steps off the kernel path) run eagerly
+//! ([`DecoderLayer::forward`]); on CUDA in BF16 a decode step runs the step kernels
+//! ([`DecoderLayer::step`]) and, unless turned off, is captured as a CUDA graph per batch size
+//! and replayed (`crate::graph`). Both give the same tokens and logits, bit for bit.
 
-use candle_core::{Device, Module, Tensor};
+use candle_core::{DType, Device, Module, Tensor};
 use df11_candle::{Embedding, Linear, ModelWeights};
 
 use crate::attention::{decoder_mask, last_position, softcap};
 use crate::decoder::DecoderLayer;
 use crate::error::{LlmError, Result};
 use crate::generate::CausalLm;
+use crate::kv_cache::KvCache;
 use crate::norm::RmsNorm;
 use crate::progress::LoadBar;
 use crate::rope::RotaryEmbedding;
 use crate::spec::ModelSpec;
+use crate::step::StepRows;
 use crate::tie::output_projection;
+
+/// The context a model gets when none is asked for (capped by the model's own maximum).
+pub const DEFAULT_MAX_CONTEXT: usize = 4096;
+
+/// How decode steps run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeOptions {
+    /// Positions each sequence may reach (the KV cache's size); `None`: the model's maximum,
+    /// capped at [`DEFAULT_MAX_CONTEXT`].
+    pub max_context: Option<usize>,
+    /// Capture decode steps as CUDA graphs (CUDA, BF16). Off with `DF11_CUDA_GRAPH=0`.
+    pub cuda_graph: bool,
+    /// Run decode steps through the step kernels (CUDA, BF16); off, they run the eager pass.
+    /// Off with `DF11_STEP_KERNELS=0`.
+    pub step_kernels: bool,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        let on = |var: &str| std::env::var(var).map_or(true, |v| v != "0");
+        Self {
+            max_context: None,
+            cuda_graph: on("DF11_CUDA_GRAPH"),
+            step_kernels: on("DF11_STEP_KERNELS"),
+        }
+    }
+}
+
+/// The per-sequence state: each layer's KV cache and the full rotary tables.
+struct Caches {
+    kv: Vec<KvCache>,
+    /// `(cos, sin)` of each RoPE spec, `capacity` rows.
+    tables: Vec<(Tensor, Tensor)>,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    capacity: usize,
+    slots: usize,
+}
 
 /// A decoder-only causal language model built from a [`ModelSpec`].
 pub struct DecoderModel {
@@ -30,6 +75,11 @@ pub struct DecoderModel {
     norm: RmsNorm,
     lm_head: Linear,
     device: Device,
+    dtype: DType,
+    options: DecodeOptions,
+    #[cfg(feature = "cuda")]
+    graphs: std::collections::HashMap<usize, crate::graph::StepGraph>,
+    caches: Option<Caches>,
 }
 
 impl DecoderModel {
@@ -99,6 +149,11 @@ impl DecoderModel {
             norm,
             lm_head,
             device: weights.device().clone(),
+            dtype: weights.dtype(),
+            options: DecodeOptions::default(),
+            #[cfg(feature = "cuda")]
+            graphs: Default::default(),
+            caches: None,
         })
     }
 
@@ -106,55 +161,243 @@ impl DecoderModel {
     pub fn spec(&self) -> &ModelSpec {
         &self.spec
     }
-}
 
-impl CausalLm for DecoderModel {
-    fn forward(&mut self, ids: &Tensor, start_pos: usize) -> Result<Tensor> {
-        let seq = ids.dim(1)?;
-        let mut x = self.embed_tokens.forward(ids)?;
-        if let Some(scale) = &self.embed_scale {
-            x = x.broadcast_mul(scale)?;
+    /// How decode steps run.
+    pub fn options(&self) -> &DecodeOptions {
+        &self.options
+    }
+
+    /// Sets how decode steps run; the KV cache and captured graphs are dropped (made again at
+    /// the next forward pass).
+    pub fn set_options(&mut self, options: DecodeOptions) -> Result<()> {
+        if options.max_context == Some(0) {
+            return Err(LlmError::Usage("--max-context must be at least 1".into()));
         }
+        self.options = options;
+        self.drop_caches();
+        Ok(())
+    }
+
+    /// Positions each sequence may reach: the KV cache's size.
+    pub fn max_context(&self) -> usize {
+        let model = self.spec.decoder.max_positions;
+        match self.options.max_context {
+            Some(n) => n.min(model),
+            None => model.min(DEFAULT_MAX_CONTEXT),
+        }
+    }
+
+    /// Device bytes of the KV cache now allocated.
+    pub fn cache_bytes(&self) -> usize {
+        self.caches
+            .as_ref()
+            .map_or(0, |c| c.kv.iter().map(KvCache::bytes).sum())
+    }
+
+    fn drop_caches(&mut self) {
+        // Graphs first: they hold the caches' addresses.
+        #[cfg(feature = "cuda")]
+        self.graphs.clear();
+        self.caches = None;
+    }
+
+    /// Makes sure a cache of `slots` slots exists (a new one, emptied, when the count changes).
+    fn ensure_caches(&mut self, slots: usize) -> Result<()> {
+        if self.caches.as_ref().is_some_and(|c| c.slots == slots) {
+            return Ok(());
+        }
+        self.drop_caches();
+        let capacity = self.max_context();
+        let d = &self.spec.decoder;
+        let kv = (0..self.layers.len())
+            .map(|_| {
+                KvCache::new(
+                    slots,
+                    d.num_key_value_heads,
+                    capacity,
+                    d.head_dim,
+                    self.dtype,
+                    &self.device,
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
         let tables = self
             .ropes
             .iter_mut()
-            .map(|r| r.tables(start_pos, seq))
+            .map(|r| r.tables(0, capacity))
             .collect::<Result<Vec<_>>>()?;
-        // One mask per distinct window, only where a step needs one (several queries, or keys
-        // beyond the window).
-        let mut masks: Vec<(Option<usize>, Option<Tensor>)> = Vec::new();
-        for layer in &self.spec.layers {
-            if !masks.iter().any(|(w, _)| *w == layer.window) {
-                let mask = decoder_mask(seq, start_pos, layer.window, &self.device)?;
-                masks.push((layer.window, mask));
-            }
-        }
-        for (layer, ls) in self.layers.iter_mut().zip(&self.spec.layers) {
-            let (cos, sin) = &tables[ls.rope];
-            let mask = masks
-                .iter()
-                .find(|(w, _)| *w == ls.window)
-                .and_then(|(_, m)| m.as_ref());
-            x = layer.forward(&x, cos, sin, mask)?;
-        }
-        let x = self.norm.forward(&last_position(&x)?)?;
-        let logits = self.lm_head.forward(&x)?.squeeze(1)?;
+        self.caches = Some(Caches {
+            kv,
+            tables,
+            capacity,
+            slots,
+        });
+        Ok(())
+    }
+
+    /// `[rows, seq, hidden]` embeddings of `ids`.
+    fn embed(&self, ids: &Tensor) -> Result<Tensor> {
+        let x = self.embed_tokens.forward(ids)?;
+        Ok(match &self.embed_scale {
+            Some(scale) => x.broadcast_mul(scale)?,
+            None => x,
+        })
+    }
+
+    /// Final norm, output projection and soft-cap of the last position of `x`.
+    fn head(&self, x: &Tensor) -> Result<Tensor> {
+        let x = self.norm.forward(&last_position(x)?)?;
+        self.logits(&x)
+    }
+
+    fn logits(&self, normed: &Tensor) -> Result<Tensor> {
+        let logits = self.lm_head.forward(normed)?.squeeze(1)?;
         match self.spec.final_softcap {
             Some(cap) => softcap(&logits, cap),
             None => Ok(logits),
         }
     }
 
-    fn reset(&mut self) {
-        for layer in &mut self.layers {
-            layer.cache_mut().reset();
+    /// The eager pass: `ids` `[rows, seq]` at positions `start..`, row `r` in slot `r`.
+    fn forward_eager(&self, ids: &Tensor, start: usize) -> Result<Tensor> {
+        let caches = self.caches.as_ref().expect("caches are allocated first");
+        let seq = ids.dim(1)?;
+        let mut x = self.embed(ids)?;
+        let tables = caches
+            .tables
+            .iter()
+            .map(|(cos, sin)| Ok((cos.narrow(0, start, seq)?, sin.narrow(0, start, seq)?)))
+            .collect::<Result<Vec<_>>>()?;
+        // One mask per distinct window, only where a step needs one (several queries, or keys
+        // beyond the window).
+        let mut masks: Vec<(Option<usize>, Option<Tensor>)> = Vec::new();
+        for layer in &self.spec.layers {
+            if !masks.iter().any(|(w, _)| *w == layer.window) {
+                let mask = decoder_mask(seq, start, layer.window, &self.device)?;
+                masks.push((layer.window, mask));
+            }
+        }
+        for (i, (layer, ls)) in self.layers.iter().zip(&self.spec.layers).enumerate() {
+            let (cos, sin) = &tables[ls.rope];
+            let mask = masks
+                .iter()
+                .find(|(w, _)| *w == ls.window)
+                .and_then(|(_, m)| m.as_ref());
+            x = layer.forward(&x, cos, sin, mask, &caches.kv[i], 0, start)?;
+        }
+        self.head(&x)
+    }
+
+    /// Whether decode steps can take the step kernels: CUDA, BF16, head sizes they take.
+    #[cfg(feature = "cuda")]
+    fn step_kernels_apply(&self) -> bool {
+        self.options.step_kernels
+            && self.device.is_cuda()
+            && self.dtype == DType::BF16
+            && self.layers.iter().all(DecoderLayer::step_supported)
+    }
+
+    /// One decode step through the step kernels: `x` `[rows, 1, hidden]` embedded tokens,
+    /// `positions`/`slots` `[rows]` u32 on the device. Returns logits `[rows, vocab]`.
+    #[cfg(feature = "cuda")]
+    fn step_body(&self, x: &Tensor, positions: &Tensor, slots: &Tensor) -> Result<Tensor> {
+        let caches = self.caches.as_ref().expect("caches are allocated first");
+        let dev = self.device.as_cuda_device()?;
+        let d = &self.spec.decoder;
+        let groups = d.num_attention_heads / d.num_key_value_heads;
+        let splits = df11_candle::ops::flash_decode_splits(
+            dev,
+            x.dim(0)?,
+            d.num_key_value_heads,
+            groups.div_ceil(groups.next_power_of_two().min(8)),
+            caches.capacity,
+        )?;
+        // The residual stream is updated in place: work on a copy of the inputs.
+        let mut x = x.copy()?;
+        let mut pending = None;
+        for (i, (layer, ls)) in self.layers.iter().zip(&self.spec.layers).enumerate() {
+            let (cos, sin) = &caches.tables[ls.rope];
+            let ctx = crate::step::StepCtx {
+                positions,
+                slots,
+                cos,
+                sin,
+                window: ls.window,
+                splits,
+            };
+            let (next, h) = layer.step(x, pending, &ctx, &caches.kv[i])?;
+            x = next;
+            pending = Some(h);
+        }
+        let (_, normed) = crate::step::add_norm(x, pending, &self.norm)?;
+        self.logits(&normed)
+    }
+
+    /// One decode token for each row of `rows` (`ids` `[rows, 1]`): through the step kernels
+    /// (and a CUDA graph) where they apply, else the eager pass. Returns `[rows, vocab]`.
+    fn decode_step(&mut self, ids: &Tensor, rows: &StepRows) -> Result<Tensor> {
+        if let Some(c) = &self.caches {
+            rows.check(c.slots, c.capacity)?;
+        }
+        #[cfg(feature = "cuda")]
+        if self.step_kernels_apply() {
+            let x = self.embed(ids)?.contiguous()?;
+            let n = rows.len();
+            if !self.options.cuda_graph {
+                let (positions, slots) = rows.to_device(&self.device)?;
+                return self.step_body(&x, &positions, &slots);
+            }
+            if let Some(graph) = self.graphs.get(&n) {
+                return graph.replay(&x, &rows.positions, &rows.slots);
+            }
+            let dev = self.device.as_cuda_device()?.clone();
+            let (graph, logits) = crate::graph::StepGraph::capture(
+                &dev,
+                &x,
+                &rows.positions,
+                &rows.slots,
+                &|x, p, s| self.step_body(x, p, s),
+            )?;
+            self.graphs.insert(n, graph);
+            return Ok(logits);
+        }
+        let start = rows.positions[0];
+        if rows.positions.iter().any(|&p| p != start)
+            || rows.slots.iter().enumerate().any(|(i, &s)| s != i)
+        {
+            return Err(LlmError::Usage(
+                "ragged decode steps need the CUDA step kernels".into(),
+            ));
+        }
+        self.forward_eager(ids, start)
+    }
+}
+
+impl CausalLm for DecoderModel {
+    fn forward(&mut self, ids: &Tensor, start_pos: usize) -> Result<Tensor> {
+        let (rows, seq) = ids.dims2()?;
+        self.ensure_caches(rows)?;
+        let capacity = self.max_context();
+        if start_pos + seq > capacity {
+            return Err(LlmError::Usage(format!(
+                "the sequence ({} positions) exceeds the context of {capacity} positions \
+                 (--max-context)",
+                start_pos + seq
+            )));
+        }
+        if seq == 1 {
+            self.decode_step(ids, &StepRows::uniform(rows, start_pos))
+        } else {
+            self.forward_eager(ids, start_pos)
         }
     }
 
-    fn reserve(&mut self, positions: usize) {
-        for layer in &mut self.layers {
-            layer.cache_mut().reserve(positions);
-        }
+    fn reset(&mut self) {
+        // Positions are overwritten as a sequence grows: nothing to clear.
+    }
+
+    fn max_context(&self) -> usize {
+        DecoderModel::max_context(self)
     }
 
     fn device(&self) -> &Device {

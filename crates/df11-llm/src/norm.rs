@@ -76,6 +76,11 @@ impl RmsNorm {
     pub fn kind(&self) -> NormKind {
         self.kind
     }
+
+    /// Epsilon.
+    pub fn eps(&self) -> f32 {
+        self.eps
+    }
 }
 
 impl Module for RmsNorm {

@@ -58,6 +58,7 @@ fn a_cached_model_loads_and_generates() {
         device: Device::Cpu,
         dtype: DType::F32,
         show_progress: false,
+        decode: Default::default(),
     };
     let mut loaded = load::<Qwen3Arch>(&opts).unwrap_or_else(|e| panic!("{e}"));
     let want = comparable_greedy(&r, 1e-3);

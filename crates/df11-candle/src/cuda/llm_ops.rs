@@ -205,3 +205,7 @@ impl CustomOp2 for RmsNormOp {
         Ok((CudaStorage::wrap_cuda_slice(out, dev), x_l.shape().clone()))
     }
 }
+
+pub use super::decode_step::{
+    add_rms_norm_bf16, flash_decode, flash_decode_splits, qk_norm_rope_kv, HeadNorm,
+};

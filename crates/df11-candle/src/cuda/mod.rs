@@ -15,6 +15,9 @@
 //! - `twin`: the BF16 twin of the fused kernel (same summation order) for dense weights;
 //! - `packed_kernels`: the fused kernel and the decode over packed exponents (`df11_packed.cu`);
 //! - [`llm_ops`]: small fused ops of the models' forward pass (`llm_ops.cu`);
+//! - [`decode_step`]: the graph-capturable decode step's kernels: q/k norm + RoPE + KV write,
+//!   flash-decoding attention over the cache in place, residual add + RMSNorm
+//!   (`decode_step.cu`);
 //! - `launch`: what every launch shares (grid sizing, tiling, argument checks, the CUDA-only
 //!   op wrapper).
 
@@ -22,6 +25,8 @@ pub mod matmul;
 pub mod packed;
 pub mod segments;
 
+#[cfg(feature = "cuda")]
+pub mod decode_step;
 #[cfg(feature = "cuda")]
 pub(crate) mod fused;
 #[cfg(feature = "cuda")]

@@ -7,7 +7,7 @@ use df11_candle::{ModelWeights, WeightFormat};
 
 use super::{copy_fixture, text_config, ModelUnderTest};
 use super::{ids, input, input_on, logit_bits, model_dir, reference, test_device};
-use crate::{CausalLm, LoadBar, ModelConfig};
+use crate::{CausalLm, DecodeOptions, DecoderModel, LoadBar, ModelConfig};
 
 /// Logit bits of `prompt` and of three decode steps after it (from an empty cache).
 fn prompt_and_steps<M: CausalLm>(model: &mut M, prompt: &[u32]) -> Vec<Vec<u32>> {
@@ -108,6 +108,87 @@ pub fn tie_is_read_from_the_config(m: &ModelUnderTest) {
         assert!(
             made_tied != logits(&model_dir(name, "df11"), false),
             "{name}: the tie was ignored"
+        );
+    }
+}
+
+/// Logits of `prompt` and of one decode step for each of `then` (fed whatever the logits say,
+/// so every run sees the same tokens).
+fn step_logits(model: &mut DecoderModel, prompt: &[u32], then: &[u32]) -> Vec<Vec<f32>> {
+    let device = test_device();
+    model.reset();
+    let f32s = |t: candle_core::Tensor| -> Vec<f32> {
+        t.to_dtype(DType::F32)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    };
+    let mut out = vec![f32s(model.forward(&input_on(prompt, &device), 0).unwrap())];
+    for (i, &t) in then.iter().enumerate() {
+        let logits = model.forward(&input_on(&[t], &device), prompt.len() + i);
+        out.push(f32s(logits.unwrap()));
+    }
+    out
+}
+
+fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
+    a.iter()
+        .flatten()
+        .zip(b.iter().flatten())
+        .map(|(x, y)| (*x as f64 - *y as f64).abs())
+        .fold(0.0, f64::max)
+}
+
+/// The ways a decode step can run agree: a captured CUDA graph and separate launches bit for
+/// bit; the step kernels (BF16) no further from the f32 eager pass than the BF16 eager pass is
+/// (at most 2x its largest difference, + 1e-3), over the prompt and 8 decode steps fed the
+/// reference's greedy tokens. On the CPU every way is the eager pass. DF11 weights, on
+/// [`test_device`].
+pub fn decode_paths_agree(m: &ModelUnderTest) {
+    let device = test_device();
+    let dtype = if device.is_cuda() {
+        DType::BF16
+    } else {
+        DType::F32
+    };
+    for name in m.fixtures {
+        let r = reference(name);
+        let prompt = ids(&r["prompt_ids"]);
+        let then: Vec<u32> = ids(&r["greedy"]["tokens"]).into_iter().take(8).collect();
+        let dir = model_dir(name, "df11");
+        let config = ModelConfig::open(&dir).unwrap();
+        let open = |dtype: DType| {
+            let weights = ModelWeights::open(&dir, WeightFormat::Df11, &device, dtype).unwrap();
+            (m.build)(&config, &weights, &LoadBar::hidden()).unwrap()
+        };
+        let run = |model: &mut DecoderModel, cuda_graph: bool, step_kernels: bool| {
+            let options = DecodeOptions {
+                max_context: Some(prompt.len() + then.len() + 1),
+                cuda_graph,
+                step_kernels,
+            };
+            model.set_options(options).unwrap();
+            step_logits(model, &prompt, &then)
+        };
+        let mut model = open(dtype);
+        let graph = run(&mut model, true, true);
+        let launches = run(&mut model, false, true);
+        let eager = run(&mut model, false, false);
+        let exact = run(&mut open(DType::F32), false, false);
+        for (step, (a, b)) in graph.iter().zip(&launches).enumerate() {
+            let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(
+                same,
+                "{name}: step {step}: the graph and separate launches differ"
+            );
+        }
+        let (kernels_err, eager_err) = (max_diff(&graph, &exact), max_diff(&eager, &exact));
+        eprintln!("{name}: vs f32: step kernels {kernels_err:e}, eager {eager_err:e}");
+        assert!(
+            kernels_err <= 2.0 * eager_err + 1e-3,
+            "{name}: the step kernels are {kernels_err} from f32, the eager pass {eager_err}"
         );
     }
 }

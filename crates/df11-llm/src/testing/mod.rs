@@ -73,6 +73,7 @@ impl ModelUnderTest {
             device: Device::Cpu,
             dtype,
             show_progress: false,
+            decode: Default::default(),
         })
     }
 
@@ -138,6 +139,7 @@ macro_rules! model_tests {
             reference::chat_template_matches_transformers,
             exact::df11_logits_equal_bf16_logits_bit_for_bit,
             exact::tie_is_read_from_the_config,
+            exact::decode_paths_agree,
             errors::missing_folder,
             errors::another_architecture,
             errors::wrong_format_either_way,

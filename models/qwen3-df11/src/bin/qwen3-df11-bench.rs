@@ -1,11 +1,15 @@
 //! End-to-end speed of a Qwen3 model folder (DF11, or BF16 with --bf16): prefill of a random
-//! prompt, greedy decoding at batch 1, peak device memory. Prints one JSON object.
+//! prompt, greedy decoding at batch 1, peak device memory. Prints one JSON object. With
+//! `--stock`, the BF16 folder runs through stock candle-transformers' Qwen3 instead (the
+//! baseline row: same prompt, same timing).
 //!
-//! `qwen3-df11-bench --model-dir DIR [--bf16] [--batch 1] [--prompt-tokens 512] [--decode-tokens 128]`
+//! `qwen3-df11-bench --model-dir DIR [--bf16] [--batch 1] [--prompt-tokens 512] [--decode-tokens 128]
+//! [--no-cuda-graph] [--stock]`
 
+use candle_transformers::models::qwen3;
 use clap::Parser;
-use df11_llm::bench::{bench_model, BenchOptions};
-use df11_llm::{select_device, select_dtype, ComputeDtype};
+use df11_llm::bench::{bench_model, measure, vocab_size, BenchOptions, BenchResult};
+use df11_llm::{select_device, select_dtype, ComputeDtype, ModelConfig, PeakMemory};
 use qwen3_df11::Qwen3Arch;
 
 #[derive(Parser, Debug)]
@@ -32,13 +36,56 @@ struct Cli {
     /// Tokens decoded after the prompt.
     #[arg(long, default_value_t = 128)]
     decode_tokens: usize,
+    /// Run decode steps as separate launches instead of a captured CUDA graph.
+    #[arg(long)]
+    no_cuda_graph: bool,
+    /// Prefill in pieces of this many tokens (long prompts).
+    #[arg(long)]
+    prefill_chunk: Option<usize>,
+    /// Run the BF16 folder through stock candle-transformers' Qwen3 (the baseline).
+    #[arg(long, conflicts_with = "bf16")]
+    stock: bool,
+}
+
+/// The folder through `candle_transformers::models::qwen3`, its weights memory-mapped.
+fn bench_stock(opts: &BenchOptions) -> anyhow::Result<BenchResult> {
+    let mut peak = PeakMemory::new(&opts.device);
+    let t = std::time::Instant::now();
+    let config = ModelConfig::open(&opts.dir)?;
+    let cfg: qwen3::Config = serde_json::from_value(config.json().clone())?;
+    let mut files: Vec<_> = std::fs::read_dir(&opts.dir)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    files.retain(|p| p.extension().is_some_and(|e| e == "safetensors"));
+    files.sort();
+    // SAFETY: the files are not modified while mapped.
+    let vb = unsafe {
+        candle_nn::VarBuilder::from_mmaped_safetensors(&files, opts.dtype, &opts.device)?
+    };
+    let mut model = qwen3::ModelForCausalLM::new(&cfg, vb)?;
+    opts.device.synchronize()?;
+    let load_s = t.elapsed().as_secs_f64();
+    let vocab = vocab_size(&config)?;
+    Ok(measure(
+        opts,
+        "stock-candle",
+        load_s,
+        vocab,
+        &mut peak,
+        &mut |ids, pos| {
+            if pos == 0 {
+                model.clear_kv_cache();
+            }
+            Ok(model.forward(ids, pos)?)
+        },
+    )?)
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let device = select_device(cli.cpu)?;
     let dtype = select_dtype(cli.dtype, &device);
-    let r = bench_model::<Qwen3Arch>(&BenchOptions {
+    let opts = BenchOptions {
         dir: cli.model_dir,
         bf16: cli.bf16,
         device,
@@ -47,7 +94,14 @@ fn main() -> anyhow::Result<()> {
         prompt_tokens: cli.prompt_tokens,
         decode_tokens: cli.decode_tokens,
         seed: 7,
-    })?;
+        cuda_graph: !cli.no_cuda_graph,
+        prefill_chunk: cli.prefill_chunk,
+    };
+    let r = if cli.stock {
+        bench_stock(&opts)?
+    } else {
+        bench_model::<Qwen3Arch>(&opts)?
+    };
     println!("{}", serde_json::to_string(&r)?);
     Ok(())
 }
