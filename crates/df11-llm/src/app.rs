@@ -211,10 +211,7 @@ pub fn run<A: Architecture>(args: &CommonArgs) -> Result<Generation> {
     let mut stdout = std::io::stdout();
     let mut on_text = |piece: &str| -> Result<()> {
         if stream {
-            let io = |source| LlmError::Io {
-                path: "<stdout>".into(),
-                source,
-            };
+            let io = |source| LlmError::io("<stdout>", source);
             stdout.write_all(piece.as_bytes()).map_err(io)?;
             stdout.flush().map_err(io)?;
         }

@@ -94,12 +94,7 @@ impl ChatTemplate {
         };
         let jinja = dir.join("chat_template.jinja");
         let source = if jinja.is_file() {
-            Some(
-                std::fs::read_to_string(&jinja).map_err(|source| LlmError::Io {
-                    path: jinja.clone(),
-                    source,
-                })?,
-            )
+            Some(std::fs::read_to_string(&jinja).map_err(|e| LlmError::io(&jinja, e))?)
         } else {
             config.get("chat_template").and_then(template_source)
         };

@@ -10,14 +10,8 @@ use crate::error::{LlmError, Result};
 
 /// Reads and parses a JSON file.
 pub fn read_json(path: &Path) -> Result<Value> {
-    let text = std::fs::read_to_string(path).map_err(|source| LlmError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    serde_json::from_str(&text).map_err(|source| LlmError::Json {
-        path: path.to_path_buf(),
-        source,
-    })
+    let text = std::fs::read_to_string(path).map_err(|e| LlmError::io(path, e))?;
+    serde_json::from_str(&text).map_err(|e| LlmError::json(path, e))
 }
 
 /// RoPE parameters, from the top level (`rope_theta`, `rope_scaling`) or from the newer

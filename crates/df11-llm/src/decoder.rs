@@ -29,6 +29,25 @@ fn norm(spec: &DecoderSpec, w: &ModelWeights, prefix: &str, size: usize) -> Resu
     RmsNorm::load_kind(w, prefix, size, spec.rms_norm_eps, spec.norm)
 }
 
+/// Where an eager pass runs: row `r` of the input in cache slot `first_slot + r`, positions
+/// `start..start + seq`, whose rotary tables are `cos`/`sin`; `mask` is the additive causal
+/// mask (`None` when every cached key is visible to each query).
+#[derive(Debug, Clone, Copy)]
+pub struct EagerAt<'a> {
+    /// RoPE cos rows of the positions.
+    pub cos: &'a Tensor,
+    /// RoPE sin rows of the positions.
+    pub sin: &'a Tensor,
+    /// The additive mask.
+    pub mask: Option<&'a Tensor>,
+    /// The layer's cache.
+    pub kv: &'a KvCache,
+    /// Cache slot of the first row.
+    pub first_slot: usize,
+    /// Position of the first token.
+    pub start: usize,
+}
+
 /// Gemma's extra norms around the MLP.
 struct Sandwich {
     pre_feedforward: RmsNorm,
@@ -68,24 +87,10 @@ impl DecoderLayer {
         })
     }
 
-    /// `x` (`[batch, seq, hidden]`, row `r` in cache slot `first_slot + r`) at positions
-    /// `start..start + seq`, the rows of the rotary tables `cos`/`sin`; `mask` is the additive
-    /// causal mask (`None` when every cached key is visible to the one query).
-    #[allow(clippy::too_many_arguments)]
-    pub fn forward(
-        &self,
-        x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-        mask: Option<&Tensor>,
-        kv: &KvCache,
-        first_slot: usize,
-        start: usize,
-    ) -> Result<Tensor> {
+    /// The eager pass of `x` (`[batch, seq, hidden]`) at the rows and positions of `at`.
+    pub fn forward(&self, x: &Tensor, at: &EagerAt<'_>) -> Result<Tensor> {
         let normed = self.input_layernorm.forward(x)?;
-        let h = self
-            .self_attn
-            .forward(&normed, cos, sin, mask, kv, first_slot, start)?;
+        let h = self.self_attn.forward(&normed, at)?;
         match &self.sandwich {
             None => {
                 let x = (x + h)?;
@@ -243,19 +248,16 @@ impl SelfAttention {
     }
 
     /// `softmax(q kᵀ · scale + mask) v` over the cached and the new positions, projected back;
-    /// the new keys and values are written into `kv` (rows at slots `first_slot..`, positions
-    /// `start..`).
-    #[allow(clippy::too_many_arguments)]
-    pub fn forward(
-        &self,
-        x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-        mask: Option<&Tensor>,
-        kv: &KvCache,
-        first_slot: usize,
-        start: usize,
-    ) -> Result<Tensor> {
+    /// the new keys and values are written into the cache first.
+    pub fn forward(&self, x: &Tensor, at: &EagerAt<'_>) -> Result<Tensor> {
+        let EagerAt {
+            cos,
+            sin,
+            mask,
+            kv,
+            first_slot,
+            start,
+        } = *at;
         let (q, k, v) = self.project(x)?;
         let (q, k) = match &self.qk_norm {
             Some((qn, kn)) => (qn.forward(&q)?, kn.forward(&k)?),
@@ -279,7 +281,13 @@ impl SelfAttention {
     /// checked by the caller.
     pub fn step_supported(&self) -> bool {
         let d = self.head_dim;
-        d.is_multiple_of(2) && d > 0 && if d.is_multiple_of(8) { d <= 256 } else { d <= 64 }
+        d.is_multiple_of(2)
+            && d > 0
+            && if d.is_multiple_of(8) {
+                d <= 256
+            } else {
+                d <= 64
+            }
     }
 
     /// One decode token per row (CUDA, BF16): projections, q/k norm + RoPE + cache write in one

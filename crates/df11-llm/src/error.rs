@@ -53,21 +53,7 @@ pub enum LlmError {
     /// A user option is invalid.
     #[error("{0}")]
     Usage(String),
-    /// Reading a file failed.
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// A JSON file does not parse.
-    #[error("{path}: invalid JSON: {source}")]
-    Json {
-        path: PathBuf,
-        #[source]
-        source: serde_json::Error,
-    },
-    /// An error from the DF11 weight loader.
+    /// An error from the DF11 weight loader, or reading a file (`Df11Error::Io`, `Json`).
     #[error(transparent)]
     Df11(#[from] df11_candle::Df11Error),
     /// An error from candle.
@@ -82,6 +68,22 @@ impl LlmError {
             path: path.into(),
             reason: reason.into(),
         }
+    }
+
+    /// Reading or writing `path` failed.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Self::Df11(df11_candle::Df11Error::Io {
+            path: path.into(),
+            source,
+        })
+    }
+
+    /// The JSON file `path` does not parse.
+    pub fn json(path: impl Into<PathBuf>, source: serde_json::Error) -> Self {
+        Self::Df11(df11_candle::Df11Error::Json {
+            path: path.into(),
+            source,
+        })
     }
 }
 

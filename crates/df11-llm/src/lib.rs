@@ -46,7 +46,7 @@ pub use attention::{
 };
 pub use chat::{ChatTemplate, Message};
 pub use config::{GenerationDefaults, ModelConfig, RopeConfig};
-pub use decoder::{DecoderLayer, GatedMlp, SelfAttention};
+pub use decoder::{DecoderLayer, EagerAt, GatedMlp, SelfAttention};
 pub use device::{select_device, select_dtype};
 pub use error::{LlmError, Result};
 pub use generate::{generate, CausalLm, Generation, GenerationParams};
@@ -60,6 +60,6 @@ pub use sampling::{Sampler, SamplingParams};
 pub use source::ModelSource;
 pub use spec::{Activation, DecoderSpec, LayerSpec, ModelSpec, NormKind, RopeSpec, WeightNames};
 pub use step::StepRows;
-pub use text_config::{TextConfig, TextDefaults};
+pub use text_config::{TextConfig, TextDefaults, TextOptions};
 pub use tie::output_projection;
 pub use tokenizer::{encode, load_tokenizer, TextStream};

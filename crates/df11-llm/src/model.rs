@@ -16,7 +16,7 @@ use candle_core::{DType, Device, Module, Tensor};
 use df11_candle::{Embedding, Linear, ModelWeights};
 
 use crate::attention::{decoder_mask, last_position, softcap};
-use crate::decoder::DecoderLayer;
+use crate::decoder::{DecoderLayer, EagerAt};
 use crate::error::{LlmError, Result};
 use crate::generate::CausalLm;
 use crate::kv_cache::KvCache;
@@ -283,7 +283,15 @@ impl DecoderModel {
                 .iter()
                 .find(|(w, _)| *w == ls.window)
                 .and_then(|(_, m)| m.as_ref());
-            x = layer.forward(&x, cos, sin, mask, &caches.kv[i], 0, start)?;
+            let at = EagerAt {
+                cos,
+                sin,
+                mask,
+                kv: &caches.kv[i],
+                first_slot: 0,
+                start,
+            };
+            x = layer.forward(&x, &at)?;
         }
         self.head(&x)
     }

@@ -10,8 +10,7 @@ use crate::error::{LlmError, Result};
 use crate::rope::RopeScaling;
 use crate::spec::{Activation, DecoderSpec, ModelSpec, RopeSpec};
 
-/// The shared fields; optional ones keep their absence so each architecture applies its own
-/// transformers default.
+/// The shared fields: the sizes every such config has, and [`TextOptions`].
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct TextConfig {
     /// Vocabulary size.
@@ -24,39 +23,39 @@ pub struct TextConfig {
     pub num_hidden_layers: usize,
     /// Query heads.
     pub num_attention_heads: usize,
+    /// What a config may leave out.
+    #[serde(flatten)]
+    pub options: TextOptions,
+}
+
+/// The fields a config may leave out; absent ones keep their absence (`None`, `false`) so each
+/// architecture applies its own transformers default.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct TextOptions {
     /// Key/value heads (the query heads when absent).
-    #[serde(default)]
     pub num_key_value_heads: Option<usize>,
     /// Head size (hidden / heads when absent or `null`).
-    #[serde(default)]
     pub head_dim: Option<usize>,
     /// RMSNorm epsilon.
-    #[serde(default)]
     pub rms_norm_eps: Option<f64>,
     /// Whether `lm_head` reuses the embedding. Decided here, never from the weight names: in a
     /// DF11 repo `lm_head.weight` is a compressed unit, not a tensor of that name.
-    #[serde(default)]
     pub tie_word_embeddings: bool,
     /// Whether q/k/v/o have biases (Llama, Qwen3).
-    #[serde(default)]
     pub attention_bias: bool,
     /// Whether gate/up/down have biases (Llama).
-    #[serde(default)]
     pub mlp_bias: bool,
     /// Context length.
-    #[serde(default)]
     pub max_position_embeddings: Option<usize>,
     /// MLP activation.
-    #[serde(default)]
     pub hidden_act: Option<String>,
     /// Sliding-window span (Mistral-7B v0.1 4096, Phi-3; `null` for most).
-    #[serde(default)]
     pub sliding_window: Option<usize>,
-    /// Whether `sliding_window` is used (Qwen2/Qwen3 keep the field but turn it off).
-    #[serde(default)]
+    /// Whether `sliding_window` is used (Qwen2/Qwen3 keep the field but turn it off; turned on,
+    /// it is refused: their window applies to some layers only, which is not implemented).
     pub use_sliding_window: bool,
     /// The share of each head that RoPE rotates (Phi-3; 1 when absent).
-    #[serde(default)]
     pub partial_rotary_factor: Option<f64>,
 }
 
@@ -75,21 +74,40 @@ impl TextConfig {
         config.parse()
     }
 
+    /// Reads `config` and builds its Llama-style spec ([`TextConfig::llama_spec`]) with the
+    /// architecture's defaults for the context and epsilon.
+    pub fn spec_of(
+        config: &ModelConfig,
+        max_positions: usize,
+        rms_norm_eps: f64,
+    ) -> Result<(Self, ModelSpec)> {
+        let text = Self::read(config)?;
+        let defaults = TextDefaults {
+            max_positions,
+            rms_norm_eps,
+        };
+        let spec = text.llama_spec(config, defaults)?;
+        Ok((text, spec))
+    }
+
     /// Key/value heads.
     pub fn kv_heads(&self) -> usize {
-        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+        self.options
+            .num_key_value_heads
+            .unwrap_or(self.num_attention_heads)
     }
 
     /// The head size.
     pub fn head_dim(&self) -> usize {
-        self.head_dim
+        self.options
+            .head_dim
             .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
     }
 
     /// Features of each head that RoPE rotates: `int(head_dim * partial_rotary_factor)`, as
     /// transformers computes it.
     pub fn rotary_dim(&self) -> usize {
-        let factor = self.partial_rotary_factor.unwrap_or(1.0);
+        let factor = self.options.partial_rotary_factor.unwrap_or(1.0);
         (self.head_dim() as f64 * factor) as usize
     }
 
@@ -99,16 +117,20 @@ impl TextConfig {
     /// architecture sets windows). Sizes and values are checked; errors name `config`'s file.
     pub fn llama_spec(&self, config: &ModelConfig, defaults: TextDefaults) -> Result<ModelSpec> {
         let bad = |reason: String| LlmError::config(config.path(), reason);
-        let act = self.hidden_act.as_deref().unwrap_or("silu");
+        let o = &self.options;
+        let act = o.hidden_act.as_deref().unwrap_or("silu");
         if Activation::from_name(act) != Some(Activation::Silu) {
             return Err(bad(format!("activation `{act}` is not supported")));
         }
-        if let Some(f) = self.partial_rotary_factor {
+        if o.use_sliding_window {
+            return Err(bad("sliding-window attention is not supported".into()));
+        }
+        if let Some(f) = o.partial_rotary_factor {
             if !(f > 0.0 && f <= 1.0) {
                 return Err(bad(format!("partial_rotary_factor {f} is not in (0, 1]")));
             }
         }
-        if self.sliding_window == Some(0) {
+        if o.sliding_window == Some(0) {
             return Err(bad("sliding_window 0".into()));
         }
         let rope = config.rope()?;
@@ -117,13 +139,12 @@ impl TextConfig {
             self.intermediate_size,
             (self.num_attention_heads, self.kv_heads()),
             self.head_dim(),
-            self.rms_norm_eps.unwrap_or(defaults.rms_norm_eps),
-            self.max_position_embeddings
-                .unwrap_or(defaults.max_positions),
+            o.rms_norm_eps.unwrap_or(defaults.rms_norm_eps),
+            o.max_position_embeddings.unwrap_or(defaults.max_positions),
         );
-        decoder.qkv_bias = self.attention_bias;
-        decoder.o_bias = self.attention_bias;
-        decoder.mlp_bias = self.mlp_bias;
+        decoder.qkv_bias = o.attention_bias;
+        decoder.o_bias = o.attention_bias;
+        decoder.mlp_bias = o.mlp_bias;
         let rope = RopeSpec {
             theta: rope.theta,
             dim: self.rotary_dim(),
@@ -134,7 +155,7 @@ impl TextConfig {
             decoder,
             self.num_hidden_layers,
             rope,
-            self.tie_word_embeddings,
+            o.tie_word_embeddings,
         );
         match spec.problem() {
             Some(problem) => Err(bad(problem)),
@@ -195,6 +216,7 @@ mod tests {
             ("num_key_value_heads", serde_json::json!(3)),
             ("partial_rotary_factor", serde_json::json!(1.5)),
             ("sliding_window", serde_json::json!(0)),
+            ("use_sliding_window", serde_json::json!(true)),
             ("head_dim", serde_json::json!(15)),
             (
                 "rope_scaling",

@@ -8,7 +8,7 @@
 #![warn(missing_docs)]
 
 use df11_candle::ModelWeights;
-use df11_llm::{Architecture, ModelConfig, ModelSpec, Result, TextConfig, TextDefaults};
+use df11_llm::{Architecture, ModelConfig, ModelSpec, Result, TextConfig};
 
 /// The Llama architecture (`model_type: llama`).
 #[derive(Debug, Clone, Copy)]
@@ -20,10 +20,6 @@ impl Architecture for LlamaArch {
     const DEFAULT_REPO: &'static str = "DFloat11/Llama-3.1-8B-Instruct-DF11";
 
     fn spec(config: &ModelConfig, _: &ModelWeights) -> Result<ModelSpec> {
-        let defaults = TextDefaults {
-            max_positions: 2048,
-            rms_norm_eps: 1e-6,
-        };
-        TextConfig::read(config)?.llama_spec(config, defaults)
+        Ok(TextConfig::spec_of(config, 2048, 1e-6)?.1)
     }
 }

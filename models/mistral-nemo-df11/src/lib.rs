@@ -8,7 +8,7 @@
 #![warn(missing_docs)]
 
 use df11_candle::ModelWeights;
-use df11_llm::{Architecture, ModelConfig, ModelSpec, Result, TextConfig, TextDefaults};
+use df11_llm::{Architecture, ModelConfig, ModelSpec, Result, TextConfig};
 
 /// The Mistral architecture (`MistralForCausalLM`, `model_type: mistral`).
 #[derive(Debug, Clone, Copy)]
@@ -20,17 +20,11 @@ impl Architecture for MistralArch {
     const DEFAULT_REPO: &'static str = "DFloat11/Mistral-Nemo-Instruct-2407-DF11";
 
     fn spec(config: &ModelConfig, _: &ModelWeights) -> Result<ModelSpec> {
-        let text = TextConfig::read(config)?;
-        // Mistral-Nemo: 1,024,000 positions; the rotary tables and KV cache grow only as far as
-        // a sequence reaches.
-        let defaults = TextDefaults {
-            max_positions: 4096 * 32,
-            rms_norm_eps: 1e-6,
-        };
-        let mut spec = text.llama_spec(config, defaults)?;
-        spec.decoder.qkv_bias = false;
-        spec.decoder.o_bias = false;
-        spec.decoder.mlp_bias = false;
-        Ok(spec.with_window(text.sliding_window))
+        // Mistral-Nemo: 1,024,000 positions; the rotary tables and KV cache are sized by
+        // --max-context, not by this.
+        let (text, mut spec) = TextConfig::spec_of(config, 4096 * 32, 1e-6)?;
+        let d = &mut spec.decoder;
+        (d.qkv_bias, d.o_bias, d.mlp_bias) = (false, false, false);
+        Ok(spec.with_window(text.options.sliding_window))
     }
 }

@@ -10,7 +10,7 @@
 #![warn(missing_docs)]
 
 use df11_candle::ModelWeights;
-use df11_llm::{Architecture, LlmError, ModelConfig, ModelSpec, Result, TextConfig, TextDefaults};
+use df11_llm::{Architecture, LlmError, ModelConfig, ModelSpec, Result, TextConfig};
 
 /// The Phi-4 architecture (`Phi3ForCausalLM`, `model_type: phi3`, no RoPE scaling).
 #[derive(Debug, Clone, Copy)]
@@ -27,15 +27,10 @@ impl Architecture for Phi4Arch {
             let reason = format!("RoPE scaling `{t}` is not supported");
             return Err(LlmError::config(config.path(), reason));
         }
-        let text = TextConfig::read(config)?;
-        let defaults = TextDefaults {
-            max_positions: 4096,
-            rms_norm_eps: 1e-5,
-        };
-        let mut spec = text.llama_spec(config, defaults)?;
+        let (text, mut spec) = TextConfig::spec_of(config, 4096, 1e-5)?;
         let d = &mut spec.decoder;
         (d.fused_qkv, d.fused_gate_up) = (true, true);
         (d.qkv_bias, d.o_bias, d.mlp_bias) = (false, false, false);
-        Ok(spec.with_window(text.sliding_window))
+        Ok(spec.with_window(text.options.sliding_window))
     }
 }

@@ -8,7 +8,7 @@
 #![warn(missing_docs)]
 
 use df11_candle::ModelWeights;
-use df11_llm::{Architecture, LlmError, ModelConfig, ModelSpec, Result, TextConfig, TextDefaults};
+use df11_llm::{Architecture, ModelConfig, ModelSpec, Result, TextConfig};
 
 /// The Qwen2 architecture (`model_type: qwen2`).
 #[derive(Debug, Clone, Copy)]
@@ -20,20 +20,10 @@ impl Architecture for Qwen2Arch {
     const DEFAULT_REPO: &'static str = "DFloat11/DeepSeek-R1-Distill-Qwen-14B-DF11";
 
     fn spec(config: &ModelConfig, _: &ModelWeights) -> Result<ModelSpec> {
-        let text = TextConfig::read(config)?;
-        if text.use_sliding_window {
-            let reason = "sliding-window attention is not supported".to_string();
-            return Err(LlmError::config(config.path(), reason));
-        }
-        let defaults = TextDefaults {
-            max_positions: 32_768,
-            rms_norm_eps: 1e-6,
-        };
-        let mut spec = text.llama_spec(config, defaults)?;
+        let (_, mut spec) = TextConfig::spec_of(config, 32_768, 1e-6)?;
         // q/k/v with biases, o_proj and the MLP without (Qwen2 has no bias switches).
-        spec.decoder.qkv_bias = true;
-        spec.decoder.o_bias = false;
-        spec.decoder.mlp_bias = false;
+        let d = &mut spec.decoder;
+        (d.qkv_bias, d.o_bias, d.mlp_bias) = (true, false, false);
         Ok(spec)
     }
 }

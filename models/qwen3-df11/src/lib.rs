@@ -7,7 +7,7 @@
 #![warn(missing_docs)]
 
 use df11_candle::ModelWeights;
-use df11_llm::{Architecture, LlmError, ModelConfig, ModelSpec, Result, TextConfig, TextDefaults};
+use df11_llm::{Architecture, ModelConfig, ModelSpec, Result, TextConfig};
 
 /// The Qwen3 architecture (dense models, `model_type: qwen3`).
 #[derive(Debug, Clone, Copy)]
@@ -19,16 +19,7 @@ impl Architecture for Qwen3Arch {
     const DEFAULT_REPO: &'static str = "DFloat11/Qwen3-8B-DF11";
 
     fn spec(config: &ModelConfig, _: &ModelWeights) -> Result<ModelSpec> {
-        let text = TextConfig::read(config)?;
-        if text.use_sliding_window {
-            let reason = "sliding-window attention is not supported".to_string();
-            return Err(LlmError::config(config.path(), reason));
-        }
-        let defaults = TextDefaults {
-            max_positions: 40_960,
-            rms_norm_eps: 1e-6,
-        };
-        let mut spec = text.llama_spec(config, defaults)?;
+        let (_, mut spec) = TextConfig::spec_of(config, 40_960, 1e-6)?;
         spec.decoder.qk_norm = true;
         Ok(spec)
     }
