@@ -28,8 +28,9 @@
 
 #include <stdint.h>
 #include <cuda_bf16.h>
+#include "llm_common.cuh"
 
-#define STEP_THREADS 256
+#define STEP_THREADS NORM_THREADS
 #define FD_THREADS 128
 
 __device__ __forceinline__ float bf16r(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
@@ -316,16 +317,5 @@ add_rms_norm_bf16(__nv_bfloat16* __restrict__ r, const __nv_bfloat16* __restrict
         const float v = __bfloat162float(sum);
         ss = fmaf(v, v, ss);
     }
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, d);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    float total = 0.0f;
-#pragma unroll
-    for (int i = 0; i < STEP_THREADS / 32; ++i) total += part[i];
-    const float scale = rsqrtf(total / (float)n + eps);
-    for (int i = threadIdx.x; i < n; i += STEP_THREADS) {
-        const __nv_bfloat16 normed = __float2bfloat16_rn(__bfloat162float(rr[i]) * scale);
-        yr[i] = __float2bfloat16_rn(__bfloat162float(w[i]) * __bfloat162float(normed));
-    }
+    rms_norm_finish(ss, rr, w, yr, n, eps, part);
 }

@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 #include <cuda_bf16.h>
+#include "llm_common.cuh"
 
 #define OPS_THREADS 256
 
@@ -24,18 +25,7 @@ rms_norm_bf16(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restri
         const float v = __bfloat162float(xr[i]);
         ss = fmaf(v, v, ss);
     }
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, d);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    float total = 0.0f;
-#pragma unroll
-    for (int i = 0; i < OPS_THREADS / 32; ++i) total += part[i];
-    const float scale = rsqrtf(total / (float)n + eps);
-    for (int i = threadIdx.x; i < n; i += OPS_THREADS) {
-        const __nv_bfloat16 normed = __float2bfloat16_rn(__bfloat162float(xr[i]) * scale);
-        yr[i] = __float2bfloat16_rn(__bfloat162float(w[i]) * __bfloat162float(normed));
-    }
+    rms_norm_finish(ss, xr, w, yr, n, eps, part);
 }
 
 // Block-wide reductions over OPS_THREADS threads in a fixed order (deterministic).

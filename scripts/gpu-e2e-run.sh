@@ -30,7 +30,7 @@ bench() {  # <label> <args...>
   if out=$("$BIN/qwen3-df11-bench" "$@" ${BENCH_ARGS:-} 2>> "$LOG/bench.err"); then
     echo "{\"run\": \"$label\", \"result\": $out}" >> "$LOG/bench.jsonl"
   else
-    echo "bench $label failed"; tail -5 "$LOG/bench.err"
+    echo "bench $label failed"; grep -v "^ *[0-9]*: \|^ *at " "$LOG/bench.err" | tail -3
   fi
 }
 batches="1 8"; [ -n "${E2E_QUICK:-}" ] && batches=1

@@ -1,4 +1,4 @@
-//! With the `cuda` feature, compiles `kernels/*.cu` to PTX with nvcc (embedded by `src/cuda.rs`).
+//! With the `cuda` feature, compiles `kernels/*.cu` to PTX with nvcc (embedded by `src/cuda/*.rs`).
 //! Target: `CUDA_COMPUTE_CAP` (e.g. `90`; default 80, whose PTX the driver JIT-compiles for any
 //! newer GPU). nvcc is found as `$NVCC`, `$CUDA_HOME/bin/nvcc` or on PATH; `DF11_NVCC_FLAGS` adds
 //! flags (e.g. `-DDF11_MIN_BLOCKS=4` to trade registers for occupancy).
@@ -30,10 +30,9 @@ fn main() {
     compile(&nvcc, &cap, &kernels, &out, "df11_packed");
     compile(&nvcc, &cap, &kernels, &out, "llm_ops");
     compile(&nvcc, &cap, &kernels, &out, "decode_step");
-    println!(
-        "cargo:rerun-if-changed={}",
-        kernels.join("df11_packed.cuh").display()
-    );
+    for header in ["df11_packed.cuh", "llm_common.cuh"] {
+        println!("cargo:rerun-if-changed={}", kernels.join(header).display());
+    }
 }
 
 /// `kernels/<name>.cu` -> `$OUT_DIR/<name>.ptx`.

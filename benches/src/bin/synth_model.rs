@@ -108,6 +108,8 @@ fn main() -> anyhow::Result<()> {
         config[k] = v.into();
     }
     config["tie_word_embeddings"] = false.into();
+    // Qwen3-8B's context, so long-context runs are not capped by the template's.
+    config["max_position_embeddings"] = 40_960.into();
     std::fs::write(
         out.join("config.json"),
         serde_json::to_string_pretty(&config)?,

@@ -145,13 +145,23 @@ fn df11_embedding_equals_bf16_embedding_bit_for_bit() {
             .unwrap();
             let a = df11.embedding(module, shape[0], shape[1]).unwrap();
             let b = dense.embedding(module, shape[0], shape[1]).unwrap();
-            assert!(matches!(a, Embedding::Df11(_)));
-            for n_ids in [1usize, 5, 40] {
+            let Embedding::Df11(a) = a else {
+                panic!("{name} {module}: not a DF11 embedding")
+            };
+            // Few ids (row by row), many (one chunk of rows), many over chunks of 7 rows.
+            let chunked = a.clone().with_chunk_elements(7 * shape[1]);
+            for (n_ids, table) in [
+                (1usize, &a),
+                (5, &a),
+                (40, &a),
+                (40, &chunked),
+                (300, &chunked),
+            ] {
                 let ids: Vec<u32> = (0..n_ids)
                     .map(|_| rng.gen_range(0..shape[0] as u32))
                     .collect();
                 let ids = Tensor::from_vec(ids, (1, n_ids), &device).unwrap();
-                let ya = a.forward(&ids).unwrap();
+                let ya = table.forward(&ids).unwrap();
                 let yb = b.forward(&ids).unwrap();
                 assert_eq!(ya.dims(), &[1, n_ids, shape[1]]);
                 assert!(bits(&ya) == bits(&yb), "{name} {module} {n_ids} ids");

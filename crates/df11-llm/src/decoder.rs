@@ -7,7 +7,7 @@
 //! Two ways through a layer, both over a preallocated [`KvCache`]:
 //! - [`DecoderLayer::forward`]: the eager pass (prefill, and decode steps off the kernel path),
 //!   positions known on the host, candle's ops;
-//! - [`DecoderLayer::step`] (CUDA, BF16): one decode token per row, rows at their own positions
+//! - `DecoderLayer::step` (CUDA, BF16): one decode token per row, rows at their own positions
 //!   and cache slots read from device tensors, the residual add fused with the next norm, q/k
 //!   norm + RoPE + cache write in one launch, flash-decoding attention over the cache in place.
 //!   Nothing in it depends on host values that change between steps, so a CUDA graph captured
@@ -140,7 +140,7 @@ impl DecoderLayer {
         &self.self_attn
     }
 
-    /// Whether [`DecoderLayer::step`] can run this layer (see [`SelfAttention::step_supported`]).
+    /// Whether `DecoderLayer::step` can run this layer (see [`SelfAttention::step_supported`]).
     pub fn step_supported(&self) -> bool {
         self.self_attn.step_supported()
     }

@@ -9,7 +9,7 @@
 //! The KV cache is allocated once per sequence slot for a maximum context
 //! ([`DecodeOptions::max_context`]). Prompts (and decode steps off the kernel path) run eagerly
 //! ([`DecoderLayer::forward`]); on CUDA in BF16 a decode step runs the step kernels
-//! ([`DecoderLayer::step`]) and, unless turned off, is captured as a CUDA graph per batch size
+//! (`DecoderLayer::step`) and, unless turned off, is captured as a CUDA graph per batch size
 //! and replayed (`crate::graph`). Both give the same tokens and logits, bit for bit.
 
 use candle_core::{DType, Device, Module, Tensor};

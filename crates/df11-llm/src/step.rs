@@ -1,6 +1,6 @@
 //! What a decode step needs besides the weights: each row's position and cache slot, as host
 //! vectors and as device tensors, the full rotary tables, and the number of attention splits.
-//! The step itself is [`crate::DecoderModel`]'s; its layers run [`crate::DecoderLayer::step`].
+//! The step itself is [`crate::DecoderModel`]'s; its layers run `DecoderLayer::step`.
 
 use candle_core::{Device, Module, Tensor};
 

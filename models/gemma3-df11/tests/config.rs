@@ -69,4 +69,3 @@ fn unsupported_settings_are_rejected() {
         assert!(parse(json.clone()).is_err(), "{json}");
     }
 }
-

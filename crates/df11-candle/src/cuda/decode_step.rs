@@ -14,6 +14,8 @@ use candle_core::op::BackpropOp;
 use candle_core::{CudaStorage, DType, Layout, Storage, Tensor};
 use half::bf16;
 
+use crate::cuda::launch::push_args;
+
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode_step.ptx"));
 const MODULE: &str = "decode_step";
 const FD_THREADS: usize = 128;
@@ -212,37 +214,13 @@ pub fn qk_norm_rope_kv(
         cap as i32,
     );
     let mut builder = func.builder();
-    builder.arg(&qv);
-    builder.arg(&kv_);
-    builder.arg(&vv);
-    builder.arg(&qs);
-    builder.arg(&ks);
-    builder.arg(&vs);
+    push_args!(builder; &qv, &kv_, &vv, &qs, &ks, &vs);
     match &norm_views {
-        Some((qw, kw)) => {
-            builder.arg(qw);
-            builder.arg(kw);
-        }
-        None => {
-            builder.arg(&null);
-            builder.arg(&null);
-        }
+        Some((qw, kw)) => push_args!(builder; qw, kw),
+        None => push_args!(builder; &null, &null),
     }
-    builder.arg(&kind);
-    builder.arg(&eps);
-    builder.arg(&cv);
-    builder.arg(&sv);
-    builder.arg(&tr);
-    builder.arg(&rot);
-    builder.arg(&pv);
-    builder.arg(&slv);
-    builder.arg(&q_out);
-    builder.arg(&cache);
-    builder.arg(&h_);
-    builder.arg(&kvh_);
-    builder.arg(&d_);
-    builder.arg(&sn_);
-    builder.arg(&cap_);
+    push_args!(builder; &kind, &eps, &cv, &sv, &tr, &rot);
+    push_args!(builder; &pv, &slv, &q_out, &cache, &h_, &kvh_, &d_, &sn_, &cap_);
     // SAFETY: every buffer was checked against the shapes above; positions and slots are clamped
     // by the kernel to the cache and the tables.
     unsafe { builder.launch(cfg) }.w()?;
@@ -344,21 +322,9 @@ pub fn flash_decode(
     let cap_f = softcap.unwrap_or(0.0);
     let window_ = window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
     let mut builder = func.builder();
-    builder.arg(&qv);
-    builder.arg(&cache);
-    builder.arg(&pv);
-    builder.arg(&slv);
-    builder.arg(&h_);
-    builder.arg(&kvh_);
-    builder.arg(&d_);
-    builder.arg(&sn_);
-    builder.arg(&cap_);
-    builder.arg(&gc_);
-    builder.arg(&scale);
-    builder.arg(&cap_f);
-    builder.arg(&window_);
-    builder.arg(&partial_o);
-    builder.arg(&partial_ml);
+    push_args!(builder; &qv, &cache, &pv, &slv, &h_, &kvh_, &d_);
+    push_args!(builder; &sn_, &cap_, &gc_, &scale, &cap_f, &window_);
+    push_args!(builder; &partial_o, &partial_ml);
     // SAFETY: shapes checked above; positions and slots are clamped by the kernel.
     unsafe { builder.launch(cfg) }.w()?;
     let func = dev.get_or_load_custom_func("flash_combine_bf16", MODULE, PTX)?;
@@ -369,11 +335,7 @@ pub fn flash_decode(
     };
     let splits_ = splits as i32;
     let mut builder = func.builder();
-    builder.arg(&partial_o);
-    builder.arg(&partial_ml);
-    builder.arg(&splits_);
-    builder.arg(&d_);
-    builder.arg(&out);
+    push_args!(builder; &partial_o, &partial_ml, &splits_, &d_, &out);
     // SAFETY: partials hold rows * heads * splits entries, out rows * heads * d.
     unsafe { builder.launch(cfg) }.w()?;
     Ok(wrap(out, &dev, &[rows, heads * d]))
@@ -422,12 +384,7 @@ pub fn add_rms_norm_bf16(
     };
     let n_ = n as i32;
     let mut builder = func.builder();
-    builder.arg(&rv);
-    builder.arg(&hv);
-    builder.arg(&wv);
-    builder.arg(&out);
-    builder.arg(&n_);
-    builder.arg(&eps);
+    push_args!(builder; &rv, &hv, &wv, &out, &n_, &eps);
     // SAFETY: residual and h hold rows * n contiguous values, w holds n.
     unsafe { builder.launch(cfg) }.w()?;
     Ok(wrap(out, &dev, residual.dims()))

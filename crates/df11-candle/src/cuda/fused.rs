@@ -5,14 +5,14 @@
 use std::ops::Range;
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
-use candle_core::{CpuStorage, CudaStorage, CustomOp2, Layout, Shape};
+use candle_core::{CudaStorage, Layout, Shape};
 use half::bf16;
 
 use crate::cuda::launch::{
-    bf16_view, check_gemv_call, gemv_name, launch_config, maxb_for, Tiling, CHUNK_WIDTH, MODULE,
-    PTX,
+    bf16_view, check_gemv_call, cuda_only_op, gemv_name, launch_config, maxb_for, push_args,
+    CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE, PTX,
 };
 use crate::cuda::segments::SegmentIndex;
 
@@ -52,6 +52,29 @@ pub(crate) struct UnitArgs<'a> {
     pub(crate) segments: &'a SegmentBuffers,
 }
 
+/// `K` and `n_elements` as the segment kernels take them.
+struct UnitScalars {
+    k: i32,
+    n_elements: i64,
+}
+
+impl UnitArgs<'_> {
+    fn scalars(&self) -> UnitScalars {
+        UnitScalars {
+            k: self.lut_rows as i32,
+            n_elements: self.n_elements as i64,
+        }
+    }
+
+    /// Pushes the arguments both segment kernels open with (`df11_gemv_bf16_*` and
+    /// `df11_decode_segments` in `kernels/df11_fused.cu`): `table, luts, K, codes, n_words,
+    /// seg_base, seg_delta, sign_mantissa, n_elements`.
+    fn push_unit<'b>(&'b self, b: &mut LaunchArgs<'b>, sm: &'b CudaSlice<u8>, s: &'b UnitScalars) {
+        push_args!(b; &self.segments.table, self.luts, &s.k, self.codes, &self.n_words);
+        push_args!(b; &self.segments.bases, &self.segments.deltas, sm, &s.n_elements);
+    }
+}
+
 fn header_bytes(lut_rows: usize) -> usize {
     16384 + ((lut_rows * 256 + 15) & !15) + WARPS * WARP_BYTES
 }
@@ -65,28 +88,13 @@ pub(crate) struct Df11GemvOp<'a> {
     pub(crate) cols: usize,
 }
 
-impl CustomOp2 for Df11GemvOp<'_> {
-    fn name(&self) -> &'static str {
-        "df11-fused-gemv"
-    }
+cuda_only_op!(CustomOp2 for Df11GemvOp<'_>);
 
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("df11: the fused kernel runs on CUDA only")
-    }
+impl CudaOp2 for Df11GemvOp<'_> {
+    const NAME: &'static str = "df11-fused-gemv";
+    const WHAT: &'static str = "df11: the fused kernel";
 
-    fn cuda_fwd(
-        &self,
-        sm: &CudaStorage,
-        sm_l: &Layout,
-        x: &CudaStorage,
-        x_l: &Layout,
-    ) -> candle_core::Result<(CudaStorage, Shape)> {
+    fn cuda(&self, sm: &CudaStorage, sm_l: &Layout, x: &CudaStorage, x_l: &Layout) -> CudaOut {
         let dev = sm.device().clone();
         let (rows, cols) = (self.rows, self.cols);
         let nb = check_gemv_call(sm_l, self.unit.n_elements, x_l, self.base, rows, cols)?;
@@ -101,28 +109,12 @@ impl CustomOp2 for Df11GemvOp<'_> {
         let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
         let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
         let sm = sm.as_cuda_slice::<u8>()?;
-        let u = &self.unit;
-        let (k, n_words, n_elements) = (u.lut_rows as i32, u.n_words, u.n_elements as i64);
+        let unit = self.unit.scalars();
         let (nb_, rows_, cols_, base) = (nb as i32, rows as i32, cols as i32, self.base as i64);
         let (tile_rows, width) = (tiling.tile_rows as i32, CHUNK_WIDTH as i32);
         let mut b = func.builder();
-        b.arg(&u.segments.table);
-        b.arg(u.luts);
-        b.arg(&k);
-        b.arg(u.codes);
-        b.arg(&n_words);
-        b.arg(&u.segments.bases);
-        b.arg(&u.segments.deltas);
-        b.arg(sm);
-        b.arg(&n_elements);
-        b.arg(&xv);
-        b.arg(&out);
-        b.arg(&nb_);
-        b.arg(&rows_);
-        b.arg(&cols_);
-        b.arg(&base);
-        b.arg(&tile_rows);
-        b.arg(&width);
+        self.unit.push_unit(&mut b, sm, &unit);
+        push_args!(b; &xv, &out, &nb_, &rows_, &cols_, &base, &tile_rows, &width);
         // SAFETY: buffers sized from the validated layout and the index built from the same
         // bytes; the kernel clamps every data-dependent index.
         unsafe { b.launch(cfg) }.w()?;
@@ -161,22 +153,12 @@ pub(crate) fn decode_segments(
         )?;
         let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
         let sm = sm.as_cuda_slice::<u8>()?;
-        let (k, n_words, n_elements) = (unit.lut_rows as i32, unit.n_words, unit.n_elements as i64);
+        let scalars = unit.scalars();
         let (begin, end) = (elements.start as i64, elements.end as i64);
         let mut b = func.builder();
-        b.arg(&unit.segments.table);
-        b.arg(unit.luts);
-        b.arg(&k);
-        b.arg(unit.codes);
-        b.arg(&n_words);
-        b.arg(&unit.segments.bases);
-        b.arg(&unit.segments.deltas);
-        b.arg(sm);
-        b.arg(&n_elements);
-        b.arg(&out);
-        b.arg(&begin);
-        b.arg(&end);
-        b.arg(&begin);
+        unit.push_unit(&mut b, sm, &scalars);
+        // out, begin, end, out_base (= begin: out holds exactly the elements).
+        push_args!(b; &out, &begin, &end, &begin);
         // SAFETY: out holds elements.len() values, written at j - begin for j in elements.
         unsafe { b.launch(cfg) }.w()?;
     }

@@ -1,17 +1,93 @@
 //! What every launch of the GEMV-family kernels (`df11_fused.cu`: fused Huffman and packed, and
 //! the BF16 twin) shares: the grid for a kernel's resident CTAs, the tiling of a matrix into
 //! chunk items (which fixes the summation order), the row batching, and the argument checks
-//! made before any launch.
+//! made before any launch; and what every launch in `cuda/` shares: the CUDA-only op wrapper
+//! ([`CudaOp1`], [`CudaOp2`], `cuda_only_op!`) and `push_args!`.
 
 use candle_core::cuda_backend::cudarc::driver::sys::{
     CUdevice_attribute, CUfunction_attribute_enum,
 };
 use candle_core::cuda_backend::cudarc::driver::LaunchConfig;
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
-use candle_core::{CudaStorage, DType, Layout, Tensor};
+use candle_core::{CpuStorage, CudaStorage, DType, Layout, Shape, Tensor};
 use half::bf16;
 
 use crate::cuda::matmul::{use_fused, FUSED_LIMIT_ROWS};
+
+/// What a CUDA op returns: its output and the output's shape.
+pub(crate) type CudaOut = candle_core::Result<(CudaStorage, Shape)>;
+
+/// A custom op of one tensor that runs on CUDA only; `cuda_only_op!(CustomOp1 for T)` makes it
+/// candle's `CustomOp1` (a `CustomOp1` cannot be implemented for every such `T` at once: the
+/// orphan rule).
+pub(crate) trait CudaOp1 {
+    /// candle's name of the op.
+    const NAME: &'static str;
+    /// What the op is called in its refusal on the CPU: "{WHAT} runs on CUDA only".
+    const WHAT: &'static str;
+
+    fn cuda(&self, s: &CudaStorage, l: &Layout) -> CudaOut;
+}
+
+/// A custom op of two tensors that runs on CUDA only, as [`CudaOp1`] (`cuda_only_op!(CustomOp2
+/// for T)`).
+pub(crate) trait CudaOp2 {
+    /// candle's name of the op.
+    const NAME: &'static str;
+    /// What the op is called in its refusal on the CPU: "{WHAT} runs on CUDA only".
+    const WHAT: &'static str;
+
+    fn cuda(&self, s1: &CudaStorage, l1: &Layout, s2: &CudaStorage, l2: &Layout) -> CudaOut;
+}
+
+/// The error of a CUDA-only op run on the CPU.
+pub(crate) fn cpu_refusal(what: &str) -> candle_core::Result<(CpuStorage, Shape)> {
+    candle_core::bail!("{what} runs on CUDA only")
+}
+
+/// Implements candle's `CustomOp1` (`CustomOp2`) for a [`CudaOp1`] ([`CudaOp2`]): its name, a
+/// `cpu_fwd` that refuses, and its `cuda` as `cuda_fwd`.
+macro_rules! cuda_only_op {
+    (CustomOp1 for $t:ty) => {
+        $crate::cuda::launch::cuda_only_op!(CustomOp1, CudaOp1, $t, s1 l1);
+    };
+    (CustomOp2 for $t:ty) => {
+        $crate::cuda::launch::cuda_only_op!(CustomOp2, CudaOp2, $t, s1 l1 s2 l2);
+    };
+    ($custom:ident, $cuda:ident, $t:ty, $($s:ident $l:ident)+) => {
+        impl candle_core::$custom for $t {
+            fn name(&self) -> &'static str {
+                <Self as $crate::cuda::launch::$cuda>::NAME
+            }
+
+            #[allow(unused_variables)]
+            fn cpu_fwd(
+                &self,
+                $($s: &candle_core::CpuStorage, $l: &candle_core::Layout),+
+            ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+                $crate::cuda::launch::cpu_refusal(<Self as $crate::cuda::launch::$cuda>::WHAT)
+            }
+
+            fn cuda_fwd(
+                &self,
+                $($s: &candle_core::CudaStorage, $l: &candle_core::Layout),+
+            ) -> $crate::cuda::launch::CudaOut {
+                $crate::cuda::launch::$cuda::cuda(self, $($s, $l),+)
+            }
+        }
+    };
+}
+pub(crate) use cuda_only_op;
+
+/// Pushes a kernel's arguments in order: `push_args!(b; &x, &y)` is `b.arg(&x); b.arg(&y);`.
+/// Call sites group them as the kernel's signature in `kernels/*.cu` does, several a line (the
+/// `;` keeps rustfmt from putting each on a line of its own).
+macro_rules! push_args {
+    ($b:ident; $($arg:expr),+ $(,)?) => {{
+        $($b.arg($arg);)+
+    }};
+}
+pub(crate) use push_args;
 
 /// The PTX of `kernels/df11_fused.cu` and its module name (the fused, packed-fused and twin
 /// kernels live in it).

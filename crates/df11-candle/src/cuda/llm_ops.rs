@@ -5,8 +5,10 @@
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::WrapErr;
-use candle_core::{CpuStorage, CudaStorage, CustomOp2, DType, Layout, Shape, Tensor};
+use candle_core::{CudaStorage, DType, Layout, Tensor};
 use half::bf16;
+
+use crate::cuda::launch::{cuda_only_op, push_args, CudaOp1, CudaOp2, CudaOut};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/llm_ops.ptx"));
 const MODULE: &str = "llm_ops";
@@ -51,16 +53,13 @@ struct SoftmaxOp {
     scale: f32,
 }
 
-impl candle_core::CustomOp1 for SoftmaxOp {
-    fn name(&self) -> &'static str {
-        "softmax-scaled-bf16"
-    }
+cuda_only_op!(CustomOp1 for SoftmaxOp);
 
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("softmax_scaled_bf16 runs on CUDA only")
-    }
+impl CudaOp1 for SoftmaxOp {
+    const NAME: &'static str = "softmax-scaled-bf16";
+    const WHAT: &'static str = "softmax_scaled_bf16";
 
-    fn cuda_fwd(&self, x: &CudaStorage, l: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
+    fn cuda(&self, x: &CudaStorage, l: &Layout) -> CudaOut {
         let n = *l.shape().dims().last().unwrap_or(&0);
         let xv = view(x, l, "softmax_scaled_bf16")?;
         let rows = xv.len().checked_div(n).unwrap_or(0);
@@ -75,10 +74,7 @@ impl candle_core::CustomOp1 for SoftmaxOp {
             };
             let n_arg = n as i32;
             let mut b = func.builder();
-            b.arg(&xv);
-            b.arg(&out);
-            b.arg(&n_arg);
-            b.arg(&self.scale);
+            push_args!(b; &xv, &out, &n_arg, &self.scale);
             // SAFETY: x and out hold rows * n BF16 values.
             unsafe { b.launch(cfg) }.w()?;
         }
@@ -88,28 +84,13 @@ impl candle_core::CustomOp1 for SoftmaxOp {
 
 struct SiluMulOp;
 
-impl CustomOp2 for SiluMulOp {
-    fn name(&self) -> &'static str {
-        "silu-mul-bf16"
-    }
+cuda_only_op!(CustomOp2 for SiluMulOp);
 
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("silu_mul_bf16 runs on CUDA only")
-    }
+impl CudaOp2 for SiluMulOp {
+    const NAME: &'static str = "silu-mul-bf16";
+    const WHAT: &'static str = "silu_mul_bf16";
 
-    fn cuda_fwd(
-        &self,
-        g: &CudaStorage,
-        g_l: &Layout,
-        u: &CudaStorage,
-        u_l: &Layout,
-    ) -> candle_core::Result<(CudaStorage, Shape)> {
+    fn cuda(&self, g: &CudaStorage, g_l: &Layout, u: &CudaStorage, u_l: &Layout) -> CudaOut {
         if g_l.shape() != u_l.shape() {
             candle_core::bail!(
                 "silu_mul_bf16: shapes {:?} and {:?}",
@@ -131,10 +112,7 @@ impl CustomOp2 for SiluMulOp {
             };
             let n_arg = n as i64;
             let mut b = func.builder();
-            b.arg(&gv);
-            b.arg(&uv);
-            b.arg(&out);
-            b.arg(&n_arg);
+            push_args!(b; &gv, &uv, &out, &n_arg);
             // SAFETY: g, u and out hold n BF16 values.
             unsafe { b.launch(cfg) }.w()?;
         }
@@ -146,28 +124,13 @@ struct RmsNormOp {
     eps: f32,
 }
 
-impl CustomOp2 for RmsNormOp {
-    fn name(&self) -> &'static str {
-        "rms-norm-bf16"
-    }
+cuda_only_op!(CustomOp2 for RmsNormOp);
 
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("rms_norm_bf16 runs on CUDA only")
-    }
+impl CudaOp2 for RmsNormOp {
+    const NAME: &'static str = "rms-norm-bf16";
+    const WHAT: &'static str = "rms_norm_bf16";
 
-    fn cuda_fwd(
-        &self,
-        x: &CudaStorage,
-        x_l: &Layout,
-        w: &CudaStorage,
-        w_l: &Layout,
-    ) -> candle_core::Result<(CudaStorage, Shape)> {
+    fn cuda(&self, x: &CudaStorage, x_l: &Layout, w: &CudaStorage, w_l: &Layout) -> CudaOut {
         if x.dtype() != DType::BF16 || w.dtype() != DType::BF16 {
             candle_core::bail!("rms_norm_bf16 takes BF16 tensors");
         }
@@ -194,11 +157,7 @@ impl CustomOp2 for RmsNormOp {
             };
             let n_arg = n as i32;
             let mut b = func.builder();
-            b.arg(&xv);
-            b.arg(&wv);
-            b.arg(&out);
-            b.arg(&n_arg);
-            b.arg(&self.eps);
+            push_args!(b; &xv, &wv, &out, &n_arg, &self.eps);
             // SAFETY: x holds rows * n BF16 values, w holds n, out rows * n.
             unsafe { b.launch(cfg) }.w()?;
         }

@@ -10,9 +10,9 @@
 //! crossover measured on an H100 (docs/PERFORMANCE.md, "Fused matrix-vector"). Set
 //! `DF11_MATMUL=fused|decode|auto` or call [`set_matmul_path`] to force either.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-
 use candle_core::Device;
+
+use crate::cuda::setting::Setting;
 
 /// How linear layers multiply on CUDA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,14 +29,7 @@ pub enum MatmulPath {
 impl std::str::FromStr for MatmulPath {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(Self::Auto),
-            "fused" => Ok(Self::Fused),
-            "decode" | "cublas" => Ok(Self::Decode),
-            other => Err(format!(
-                "unknown matmul path `{other}` (expected auto, fused or decode)"
-            )),
-        }
+        PATH.parse(s)
     }
 }
 
@@ -55,36 +48,26 @@ pub const FUSED_MAX_ROWS: usize = 4;
 /// Most rows one fused launch handles (the kernel keeps one accumulator per row in registers).
 pub const FUSED_LIMIT_ROWS: usize = 8;
 
-/// 0: unset (read `DF11_MATMUL`), 1 auto, 2 fused, 3 decode.
-static PATH: AtomicU8 = AtomicU8::new(0);
+/// The path set for the process, else `DF11_MATMUL`'s; the paths' names (`cublas` is `decode`).
+static PATH: Setting<MatmulPath> = Setting::new(
+    "DF11_MATMUL",
+    "matmul path",
+    &[
+        ("auto", MatmulPath::Auto),
+        ("fused", MatmulPath::Fused),
+        ("decode", MatmulPath::Decode),
+        ("cublas", MatmulPath::Decode),
+    ],
+);
 
 /// Sets the path for the whole process (overrides `DF11_MATMUL`).
 pub fn set_matmul_path(path: MatmulPath) {
-    PATH.store(
-        match path {
-            MatmulPath::Auto => 1,
-            MatmulPath::Fused => 2,
-            MatmulPath::Decode => 3,
-        },
-        Ordering::Relaxed,
-    );
+    PATH.set(path);
 }
 
 /// The path in force: [`set_matmul_path`]'s, else `DF11_MATMUL`'s, else [`MatmulPath::Auto`].
 pub fn matmul_path() -> MatmulPath {
-    match PATH.load(Ordering::Relaxed) {
-        1 => MatmulPath::Auto,
-        2 => MatmulPath::Fused,
-        3 => MatmulPath::Decode,
-        _ => {
-            let p = std::env::var("DF11_MATMUL")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(MatmulPath::Auto);
-            set_matmul_path(p);
-            p
-        }
-    }
+    PATH.get()
 }
 
 /// Whether a product with `rows` rows of input on `device` takes the fused kernel (given that

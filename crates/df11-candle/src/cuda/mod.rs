@@ -7,23 +7,25 @@
 //! - [`segments`]: the Huffman stream as in the file plus the bit offset of every 64th weight.
 //!
 //! These builders, and [`matmul`] (which path a product takes), are plain host code, compiled
-//! and tested everywhere. With the `cuda` feature the launch code comes in (`kernels/*.cu`,
+//! and tested everywhere (`setting`: how the matmul path and the exponent form are set and read
+//! from the environment). With the `cuda` feature the launch code comes in (`kernels/*.cu`,
 //! compiled to PTX by the build script; their contracts are in `kernels/README.md`):
 //! - `unit`: a unit's device buffers and the block decode kernel (`df11_decode.cu`);
 //! - `fused`: the fused decode + matrix-vector kernel over the Huffman form and the segment
 //!   decode kernel (`df11_fused.cu`);
 //! - `twin`: the BF16 twin of the fused kernel (same summation order) for dense weights;
 //! - `packed_kernels`: the fused kernel and the decode over packed exponents (`df11_packed.cu`);
-//! - [`llm_ops`]: small fused ops of the models' forward pass (`llm_ops.cu`);
-//! - [`decode_step`]: the graph-capturable decode step's kernels: q/k norm + RoPE + KV write,
+//! - `llm_ops`: small fused ops of the models' forward pass (`llm_ops.cu`);
+//! - `decode_step`: the graph-capturable decode step's kernels: q/k norm + RoPE + KV write,
 //!   flash-decoding attention over the cache in place, residual add + RMSNorm
 //!   (`decode_step.cu`);
 //! - `launch`: what every launch shares (grid sizing, tiling, argument checks, the CUDA-only
-//!   op wrapper).
+//!   op wrapper, `push_args!`).
 
 pub mod matmul;
 pub mod packed;
 pub mod segments;
+mod setting;
 
 #[cfg(feature = "cuda")]
 pub mod decode_step;

@@ -26,12 +26,12 @@
 //! - `tables[m]`: member `m`'s exponents for codes 0-6; byte 7 is 0 (escapes are ORed in).
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use rayon::prelude::*;
 
 use crate::codec::decode::{gap, load_be64, DecodeTable, BLOCK_BITS};
 use crate::cuda::segments::check_block_end;
+use crate::cuda::setting::Setting;
 use crate::error::UnitDefect;
 use crate::format::unit::{UnitLayout, UnitTensors};
 
@@ -62,48 +62,30 @@ pub enum ExponentForm {
 impl std::str::FromStr for ExponentForm {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(Self::Auto),
-            "packed" => Ok(Self::Packed),
-            "huffman" => Ok(Self::Huffman),
-            other => Err(format!(
-                "unknown exponent form `{other}` (expected auto, packed or huffman)"
-            )),
-        }
+        FORM.parse(s)
     }
 }
 
-/// 0: unset (read `DF11_EXPONENTS`), 1 auto, 2 packed, 3 huffman.
-static FORM: AtomicU8 = AtomicU8::new(0);
+/// The form set for the process, else `DF11_EXPONENTS`'s; the forms' names.
+static FORM: Setting<ExponentForm> = Setting::new(
+    "DF11_EXPONENTS",
+    "exponent form",
+    &[
+        ("auto", ExponentForm::Auto),
+        ("packed", ExponentForm::Packed),
+        ("huffman", ExponentForm::Huffman),
+    ],
+);
 
 /// Sets the form units loaded from now on take on CUDA (overrides `DF11_EXPONENTS`).
 pub fn set_exponent_form(form: ExponentForm) {
-    FORM.store(
-        match form {
-            ExponentForm::Auto => 1,
-            ExponentForm::Packed => 2,
-            ExponentForm::Huffman => 3,
-        },
-        Ordering::Relaxed,
-    );
+    FORM.set(form);
 }
 
 /// The form in force: [`set_exponent_form`]'s, else `DF11_EXPONENTS`'s, else
 /// [`ExponentForm::Auto`].
 pub fn exponent_form() -> ExponentForm {
-    match FORM.load(Ordering::Relaxed) {
-        1 => ExponentForm::Auto,
-        2 => ExponentForm::Packed,
-        3 => ExponentForm::Huffman,
-        _ => {
-            let f = std::env::var("DF11_EXPONENTS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(ExponentForm::Auto);
-            set_exponent_form(f);
-            f
-        }
-    }
+    FORM.get()
 }
 
 /// A unit's exponents in the packed form (see the module documentation).

@@ -5,14 +5,14 @@
 use std::ops::Range;
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
-use candle_core::{CpuStorage, CudaStorage, CustomOp2, Layout, Shape};
+use candle_core::{CudaStorage, Layout, Shape};
 use half::bf16;
 
 use crate::cuda::launch::{
-    bf16_view, check_gemv_call, launch_config, launch_config_with, maxb_for, Tiling, CHUNK_WIDTH,
-    MODULE, PTX,
+    bf16_view, check_gemv_call, cuda_only_op, launch_config, launch_config_with, maxb_for,
+    push_args, CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE, PTX,
 };
 use crate::cuda::packed::PackedExponents;
 
@@ -82,6 +82,14 @@ impl PackedBuffers {
             .iter()
             .position(|m| m.start <= elements.start && elements.end <= m.end)
     }
+
+    /// Pushes the arguments both packed kernels open with (`df11_gemv_packed_bf16_*` in
+    /// `kernels/df11_fused.cu`, `df11_decode_packed` in `kernels/df11_packed.cu`): `codes,
+    /// chunk_escapes, lane_starts, n_chunks, escapes, n_escapes`.
+    fn push_packed<'b>(&'b self, b: &mut LaunchArgs<'b>) {
+        push_args!(b; &self.codes, &self.chunk_escapes, &self.lane_starts, &self.n_chunks);
+        push_args!(b; &self.escapes, &self.n_escapes);
+    }
 }
 
 /// The fused product over packed exponents: arguments `sign_mantissa` (the whole unit) and `x`
@@ -93,28 +101,13 @@ pub(crate) struct PackedGemvOp<'a> {
     pub(crate) cols: usize,
 }
 
-impl CustomOp2 for PackedGemvOp<'_> {
-    fn name(&self) -> &'static str {
-        "df11-packed-gemv"
-    }
+cuda_only_op!(CustomOp2 for PackedGemvOp<'_>);
 
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("df11: the fused kernel runs on CUDA only")
-    }
+impl CudaOp2 for PackedGemvOp<'_> {
+    const NAME: &'static str = "df11-packed-gemv";
+    const WHAT: &'static str = "df11: the fused kernel";
 
-    fn cuda_fwd(
-        &self,
-        sm: &CudaStorage,
-        sm_l: &Layout,
-        x: &CudaStorage,
-        x_l: &Layout,
-    ) -> candle_core::Result<(CudaStorage, Shape)> {
+    fn cuda(&self, sm: &CudaStorage, sm_l: &Layout, x: &CudaStorage, x_l: &Layout) -> CudaOut {
         let dev = sm.device().clone();
         let u = self.unit;
         let (rows, cols) = (self.rows, self.cols);
@@ -150,24 +143,9 @@ impl CustomOp2 for PackedGemvOp<'_> {
         let (nb_, rows_, cols_, base) = (nb as i32, rows as i32, cols as i32, self.base as i64);
         let (tile_rows, width) = (tiling.tile_rows as i32, CHUNK_WIDTH as i32);
         let mut b = func.builder();
-        b.arg(&u.codes);
-        b.arg(&u.chunk_escapes);
-        b.arg(&u.lane_starts);
-        b.arg(&u.n_chunks);
-        b.arg(&u.escapes);
-        b.arg(&u.n_escapes);
-        b.arg(&t0);
-        b.arg(&t1);
-        b.arg(sm);
-        b.arg(&n_elements);
-        b.arg(&xv);
-        b.arg(&out);
-        b.arg(&nb_);
-        b.arg(&rows_);
-        b.arg(&cols_);
-        b.arg(&base);
-        b.arg(&tile_rows);
-        b.arg(&width);
+        u.push_packed(&mut b);
+        push_args!(b; &t0, &t1, sm, &n_elements);
+        push_args!(b; &xv, &out, &nb_, &rows_, &cols_, &base, &tile_rows, &width);
         // SAFETY: the packed buffers were built by the host for this unit (codes for every
         // 8-group, an offset per 256 elements); the matrix lies inside the unit; escape reads are
         // clamped in the kernel.
@@ -209,20 +187,9 @@ pub(crate) fn decode_packed(
         let n_elements = unit.n_elements as i64;
         let (begin, end) = (elements.start as i64, elements.end as i64);
         let mut b = func.builder();
-        b.arg(&unit.codes);
-        b.arg(&unit.chunk_escapes);
-        b.arg(&unit.lane_starts);
-        b.arg(&unit.n_chunks);
-        b.arg(&unit.escapes);
-        b.arg(&unit.n_escapes);
-        b.arg(&unit.tables);
-        b.arg(&unit.member_ends);
-        b.arg(&n_members);
-        b.arg(sm);
-        b.arg(&n_elements);
-        b.arg(&out);
-        b.arg(&begin);
-        b.arg(&end);
+        unit.push_packed(&mut b);
+        push_args!(b; &unit.tables, &unit.member_ends, &n_members, sm, &n_elements);
+        push_args!(b; &out, &begin, &end);
         // SAFETY: out holds elements.len() values, written at j - begin for j in elements; the
         // packed buffers cover the unit.
         unsafe { b.launch(cfg) }.w()?;

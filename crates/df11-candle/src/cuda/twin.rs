@@ -5,12 +5,12 @@
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
 use candle_core::cuda_backend::WrapErr;
-use candle_core::{CpuStorage, CudaStorage, CustomOp2, DType, Layout, Shape, Tensor};
+use candle_core::{CudaStorage, DType, Layout, Shape, Tensor};
 use half::bf16;
 
 use crate::cuda::launch::{
-    apply_rows, bf16_view, fused_rows, gemv_name, launch_config, maxb_for, Tiling, CHUNK_WIDTH,
-    MODULE, PTX,
+    apply_rows, bf16_view, cuda_only_op, fused_rows, gemv_name, launch_config, maxb_for, push_args,
+    CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE, PTX,
 };
 use crate::cuda::matmul::FUSED_LIMIT_ROWS;
 
@@ -31,28 +31,13 @@ pub(crate) fn twin_linear(
 /// The BF16 twin of `Df11GemvOp`: arguments `w` `[rows, cols]` (BF16) and `x` `[nb, cols]`.
 pub(crate) struct TwinGemvOp;
 
-impl CustomOp2 for TwinGemvOp {
-    fn name(&self) -> &'static str {
-        "bf16-twin-gemv"
-    }
+cuda_only_op!(CustomOp2 for TwinGemvOp);
 
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("df11: the twin kernel runs on CUDA only")
-    }
+impl CudaOp2 for TwinGemvOp {
+    const NAME: &'static str = "bf16-twin-gemv";
+    const WHAT: &'static str = "df11: the twin kernel";
 
-    fn cuda_fwd(
-        &self,
-        w: &CudaStorage,
-        w_l: &Layout,
-        x: &CudaStorage,
-        x_l: &Layout,
-    ) -> candle_core::Result<(CudaStorage, Shape)> {
+    fn cuda(&self, w: &CudaStorage, w_l: &Layout, x: &CudaStorage, x_l: &Layout) -> CudaOut {
         let dev = w.device().clone();
         let (rows, cols) = w_l.shape().dims2()?;
         let nb = x_l.shape().elem_count() / cols;
@@ -72,14 +57,7 @@ impl CustomOp2 for TwinGemvOp {
         let (nb_, rows_, cols_) = (nb as i32, rows as i32, cols as i32);
         let (tile_rows, width) = (tiling.tile_rows as i32, CHUNK_WIDTH as i32);
         let mut b = func.builder();
-        b.arg(&wv);
-        b.arg(&xv);
-        b.arg(&out);
-        b.arg(&nb_);
-        b.arg(&rows_);
-        b.arg(&cols_);
-        b.arg(&tile_rows);
-        b.arg(&width);
+        push_args!(b; &wv, &xv, &out, &nb_, &rows_, &cols_, &tile_rows, &width);
         // SAFETY: w and x are contiguous BF16 views of [rows, cols] and [nb, cols].
         unsafe { b.launch(cfg) }.w()?;
         Ok((

@@ -17,6 +17,7 @@ use candle_core::{CudaStorage, Layout, Shape};
 use half::bf16;
 
 use crate::codec::decode::{block_elements, decode_base};
+use crate::cuda::launch::push_args;
 use crate::cuda::packed::{unit_exponents, ExponentForm, PackedExponents};
 use crate::error::{Df11Error, Result, UnitDefect};
 use crate::format::unit::{UnitLayout, UnitTensors};
@@ -286,27 +287,16 @@ impl CudaUnit {
                 block_dim: (THREADS, 1, 1),
                 shared_mem_bytes: h.smem,
             };
-            let mut b = func.builder();
-            b.arg(&h.luts);
-            b.arg(&h.codes);
-            b.arg(sm);
-            b.arg(&h.positions);
-            b.arg(&h.gaps);
-            b.arg(&out);
             let k = h.lut_rows as i32;
             let n_bytes = layout.n_bytes as i32;
             let n_elements = layout.n_elements as i32;
             let n_positions = h.positions.len() as i32;
             let (begin, end, base) = (blocks.start as i32, blocks.end as i32, out_base as i32);
-            b.arg(&k);
-            b.arg(&n_bytes);
-            b.arg(&n_elements);
-            b.arg(&n_positions);
             let status = h.status.lock().expect("status lock");
-            b.arg(&*status);
-            b.arg(&begin);
-            b.arg(&end);
-            b.arg(&base);
+            let mut b = func.builder();
+            push_args!(b; &h.luts, &h.codes, sm, &h.positions, &h.gaps, &out);
+            push_args!(b; &k, &n_bytes, &n_elements, &n_positions, &*status);
+            push_args!(b; &begin, &end, &base);
             // SAFETY: every buffer is sized from the validated layout, which is what the kernel
             // indexes by; the kernel guards all data-dependent reads and writes.
             unsafe { b.launch(cfg) }.w()?;

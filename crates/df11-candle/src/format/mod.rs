@@ -2,7 +2,7 @@
 //!
 //! - [`config`]: `config.json` and its `dfloat11_config` block (`pattern_dict`, versions).
 //! - [`safetensors_index`]: every `*.safetensors` of a folder, memory-mapped and indexed by name.
-//! - [`unit`]: one compressed unit's six tensors and their validation ([`unit::UnitLayout`]).
+//! - `unit`: one compressed unit's six tensors and their validation ([`unit::UnitLayout`]).
 //! - [`model`]: a folder opened as units matched to `pattern_dict`, every unit validated before
 //!   anything is decoded ([`model::Df11Model`]).
 //! - [`patterns`]: the built-in `pattern_dict`s of the architectures the Hub releases cover.

@@ -175,10 +175,15 @@ pub struct Df11Embedding {
     weight: Weight,
     dtype: DType,
     hidden: usize,
+    chunk_elements: usize,
 }
 
-/// Above this many distinct ids, the whole table is decoded; below, only the rows' blocks.
+/// Up to this many distinct ids, each row is decoded on its own; above, the table is decoded a
+/// chunk of rows at a time and the rows the ids need are kept.
 const ROW_DECODE_LIMIT: usize = 16;
+/// Elements of the table decoded at once above [`ROW_DECODE_LIMIT`] (64 MB of BF16): the
+/// transient memory of an embedding, instead of the whole table.
+const CHUNK_ELEMENTS: usize = 1 << 25;
 
 impl Df11Embedding {
     /// The embedding of member `member` with table shape `(vocab, hidden)`, output in `dtype`.
@@ -194,7 +199,17 @@ impl Df11Embedding {
             weight: Weight::Compressed(slice),
             dtype,
             hidden,
+            chunk_elements: CHUNK_ELEMENTS,
         })
+    }
+
+    /// The same table decoded `elements` at a time for many ids (tests use small chunks).
+    #[doc(hidden)]
+    pub fn with_chunk_elements(self, elements: usize) -> Self {
+        Self {
+            chunk_elements: elements.max(1),
+            ..self
+        }
     }
 
     /// The same table decoded once and kept.
@@ -214,45 +229,60 @@ impl Df11Embedding {
         }
     }
 
-    /// Decodes only the rows `ids` need, when they are few: the blocks holding each row.
-    fn rows(&self, s: &MemberSlice, ids: &Tensor) -> Result<Option<Tensor>> {
+    /// Decodes only the rows `ids` need: each row's elements when the ids are few, else the
+    /// table a chunk of rows at a time, keeping the rows of the chunk that are asked for. The
+    /// table is never decoded whole.
+    fn rows(&self, s: &MemberSlice, ids: &Tensor) -> Result<Tensor> {
         let flat = ids.flatten_all()?.to_dtype(DType::U32)?.to_vec1::<u32>()?;
         let mut unique = flat.clone();
         unique.sort_unstable();
         unique.dedup();
-        if unique.len() > ROW_DECODE_LIMIT {
-            return Ok(None);
+        let (vocab, hidden) = (s.shape.0, self.hidden);
+        if let Some(&id) = unique.last().filter(|&&id| id as usize >= vocab) {
+            return Err(Df11Error::Usage(format!(
+                "token id {id} is outside the embedding's {vocab} rows"
+            )));
         }
-        let vocab = s.shape.0;
-        let mut rows = Vec::with_capacity(unique.len());
-        for &id in &unique {
-            let id = id as usize;
-            if id >= vocab {
-                return Err(Df11Error::Usage(format!(
-                    "token id {id} is outside the embedding's {vocab} rows"
-                )));
+        let row = |id: usize| s.elements.start + id * hidden;
+        let mut pieces = Vec::new();
+        if unique.len() <= ROW_DECODE_LIMIT {
+            for &id in &unique {
+                let id = id as usize;
+                pieces.push(s.group.decode_elements(row(id)..row(id) + hidden)?);
             }
-            let start = s.elements.start + id * self.hidden;
-            rows.push(s.group.decode_elements(start..start + self.hidden)?);
+        } else {
+            let chunk_rows = (self.chunk_elements / hidden.max(1)).max(1);
+            let mut rest = unique.as_slice();
+            while let Some(&first) = rest.first() {
+                let c0 = first as usize / chunk_rows * chunk_rows;
+                let c1 = (c0 + chunk_rows).min(vocab);
+                let n = rest.partition_point(|&id| (id as usize) < c1);
+                let chunk = s.group.decode_elements(row(c0)..row(c1))?;
+                let chunk = chunk.reshape((c1 - c0, hidden))?;
+                let local: Vec<u32> = rest[..n].iter().map(|&id| id - c0 as u32).collect();
+                let local = Tensor::from_vec(local, n, chunk.device())?;
+                pieces.push(chunk.index_select(&local, 0)?.flatten_all()?);
+                rest = &rest[n..];
+            }
         }
-        let table = Tensor::stack(&rows, 0)?.to_dtype(self.dtype)?;
+        let table = Tensor::cat(&pieces, 0)?
+            .reshape((unique.len(), hidden))?
+            .to_dtype(self.dtype)?;
         let index: Vec<u32> = flat
             .iter()
             .map(|id| unique.binary_search(id).expect("present") as u32)
             .collect();
         let index = Tensor::from_vec(index, flat.len(), ids.device())?;
         let mut out_shape = ids.dims().to_vec();
-        out_shape.push(self.hidden);
-        Ok(Some(table.index_select(&index, 0)?.reshape(out_shape)?))
+        out_shape.push(hidden);
+        Ok(table.index_select(&index, 0)?.reshape(out_shape)?)
     }
 }
 
 impl Module for Df11Embedding {
     fn forward(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
         if let Weight::Compressed(s) = &self.weight {
-            if let Some(t) = self.rows(s, ids).map_err(candle_core::Error::wrap)? {
-                return Ok(t);
-            }
+            return self.rows(s, ids).map_err(candle_core::Error::wrap);
         }
         let table = self.table().map_err(candle_core::Error::wrap)?;
         candle_nn::Embedding::new(table, self.hidden).forward(ids)

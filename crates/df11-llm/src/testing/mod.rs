@@ -1,7 +1,7 @@
 //! The model test harness: every model crate runs the same tests on its fixtures, declared in
 //! one line with [`model_tests!`](crate::model_tests):
 //!
-//! - [`reference`]: against transformers' f32 `reference.json` (prompt ids, last logits of the
+//! - [`reference`](mod@reference): against transformers' f32 `reference.json` (prompt ids, last logits of the
 //!   DF11 and BF16 folders, token-by-token and chunked prefill through the KV cache, the argmax
 //!   of every position, greedy tokens, BF16 compute, the chat template);
 //! - [`exact`]: DF11 == BF16 logits bit for bit on the test device, the tie read from the config;
