@@ -46,6 +46,16 @@ if [ -z "${E2E_QUICK:-}" ]; then
     bench "$fmt b1 ctx8192" --model-dir "$WORK/$fmt" $flag --prompt-tokens 8192 --prefill-chunk 1024
   done
 fi
+# The server: the DF11 model behind `df11 serve`, 1, 8 and 32 concurrent streaming clients.
+if [ -z "${E2E_NO_SERVE:-}" ]; then
+  "$BIN/df11" serve --model-dir "$WORK/df11" --port 18000 --max-batch 32 --max-context 1024 \
+    --served-model-name qwen3-8b-shaped > "$LOG/serve.out" 2> "$LOG/serve.err" &
+  spid=$!
+  for _ in $(seq 1 120); do grep -q "listening on" "$LOG/serve.err" && break; sleep 1; done
+  python3 scripts/serve-bench.py http://127.0.0.1:18000 --model qwen3-8b-shaped \
+    --concurrency 1 8 32 --requests 2 --max-tokens 128 | tee "$LOG/serve.jsonl" || echo "serve bench failed"
+  kill $spid; wait $spid 2>/dev/null
+fi
 # A table, and lossless means the same greedy tokens: DF11 and BF16 must agree in each setting.
 python3 - "$LOG/bench.jsonl" <<'PY'
 import json, sys

@@ -9,6 +9,7 @@
 # trailing `# comment` is dropped. Each command is run from the repository root and classified
 # from its text:
 #
+#   SERVE             `df11 serve` on a local folder: started, must answer /health, stopped;
 #   SKIP              `--features cuda`, `bash scripts/gpu-suite.sh`, `.gpu/...`: needs CUDA / a GPU;
 #                     `cargo test --workspace`: .ci/run runs the test suite itself;
 #                     `cargo bench`: the benches are long.
@@ -119,9 +120,15 @@ classify() {
   if [[ $c =~ ^cargo\ run\ .*(-p|--package)[\ =]([A-Za-z0-9_-]+) ]]; then
     pkg=${BASH_REMATCH[2]}
   fi
-  if [[ -n $pkg && -f models/$pkg/Cargo.toml ]] &&
-    [[ $c != *"--model-dir"* || $c == *"--model-id"* ]]; then
+  local model_cmd=""
+  [[ -n $pkg && -f models/$pkg/Cargo.toml ]] && model_cmd=1
+  [[ $pkg == df11-cli && $c =~ \ --\ (run|chat|serve)( |$) ]] && model_cmd=1
+  if [[ -n $model_cmd ]] && [[ $c != *"--model-dir"* || $c == *"--model-id"* ]]; then
     printf 'EXPECT-HUB-ERROR\t'
+    return
+  fi
+  if [[ $pkg == df11-cli && $c =~ \ --\ serve( |$) ]]; then
+    printf 'SERVE\t'
     return
   fi
   printf 'RUN\t'
@@ -193,6 +200,30 @@ for rec in "${records[@]}"; do
     else
       failed=$((failed + 1))
       echo "$label: FAILED (exit $rc)"
+      show_output "$log"
+    fi
+    continue
+  fi
+  if [ "$kind" = SERVE ]; then
+    # A server: it must print its address and answer /health; then it is stopped.
+    # Its own process group, so that stopping it stops cargo's child (the server) too.
+    setsid bash -c "exec $cmd" >"$log.out" 2>"$log.err" </dev/null &
+    pid=$!
+    url=""
+    for _ in $(seq 1 120); do
+      url=$(grep -o 'listening on http://[^ ]*' "$log.err" | head -1 | sed 's/listening on //')
+      [ -n "$url" ] || ! kill -0 "$pid" 2>/dev/null && break
+      sleep 0.5
+    done
+    health=""
+    [ -n "$url" ] && health=$(curl -s --max-time 10 "$url/health" || true)
+    kill -- "-$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
+    if [[ $health == *'"ok"'* ]]; then
+      ran=$((ran + 1))
+      echo "$label: OK (served $url, /health answered; build ${build_s} s)"
+    else
+      failed=$((failed + 1))
+      echo "$label: FAILED (no answer on /health: url '$url', '$health')"
       show_output "$log"
     fi
     continue

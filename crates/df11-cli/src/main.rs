@@ -1,4 +1,7 @@
-//! `df11`: compress BF16 models into DFloat11, inspect DF11 folders, verify them bit for bit.
+//! `df11`: compress BF16 models into DFloat11, inspect DF11 folders, verify them bit for bit;
+//! run, chat with and serve any architecture we ship (chosen by the model's `config.json`).
+
+mod serve;
 
 use std::path::PathBuf;
 
@@ -48,6 +51,13 @@ enum Command {
         /// The BF16 original.
         bf16: PathBuf,
     },
+    /// Generate from a model of any architecture we ship: one prompt, a batch (--prompt
+    /// repeated, --prompts-file) or a chat (--interactive).
+    Run(Box<df11_llm::CommonArgs>),
+    /// Chat with a model in the terminal (`run --interactive`).
+    Chat(Box<df11_llm::CommonArgs>),
+    /// Serve a model over an OpenAI-compatible HTTP API, with continuous batching.
+    Serve(Box<serve::ServeArgs>),
 }
 
 fn main() -> Result<()> {
@@ -61,6 +71,12 @@ fn main() -> Result<()> {
         } => compress(src, dst, pattern_dict, units_in_flight),
         Command::Inspect { dir, decode } => inspect(dir, decode),
         Command::Verify { df11, bf16 } => verify(df11, bf16),
+        Command::Run(args) => Ok(df11_llm::run_archs(&serve::architectures(), &args)?),
+        Command::Chat(mut args) => {
+            args.interactive = true;
+            Ok(df11_llm::run_archs(&serve::architectures(), &args)?)
+        }
+        Command::Serve(args) => serve::serve(*args),
     }
 }
 

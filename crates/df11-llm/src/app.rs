@@ -1,28 +1,21 @@
-//! The whole command-line program, written once for every architecture: resolve the model, check
-//! it, load tokenizer, template and weights, build the prompt, generate, report.
+//! Loading a model, written once for every architecture: resolve the model, check it, load
+//! tokenizer, template and weights. The command-line program on top is [`crate::cli`].
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::time::Instant;
 
 use candle_core::{DType, Device};
 use df11_candle::config::is_legacy_pickle_repo;
 use df11_candle::{Df11Error, ModelWeights, WeightFormat};
 use tokenizers::Tokenizer;
 
-use crate::args::CommonArgs;
-use crate::chat::{ChatTemplate, Message};
+use crate::chat::ChatTemplate;
 use crate::config::{GenerationDefaults, ModelConfig};
-use crate::device::{select_device, select_dtype};
 use crate::error::{LlmError, Result};
-use crate::generate::{generate, Generation, GenerationParams};
 use crate::model::{DecodeOptions, DecoderModel};
 use crate::progress::LoadBar;
-use crate::report::report;
-use crate::sampling::SamplingParams;
 use crate::source::ModelSource;
 use crate::spec::ModelSpec;
-use crate::tokenizer::{encode, load_tokenizer};
+use crate::tokenizer::load_tokenizer;
 
 /// An architecture: how to recognise its config and map it to the one decoder's options.
 pub trait Architecture {
@@ -47,6 +40,35 @@ pub trait Architecture {
         progress: &LoadBar,
     ) -> Result<DecoderModel> {
         DecoderModel::load(Self::spec(config, weights)?, weights, progress)
+    }
+}
+
+/// An architecture as a value, to choose among several at run time by `config.json` (the `df11`
+/// binary runs every architecture this way).
+#[derive(Debug, Clone, Copy)]
+pub struct ArchInfo {
+    /// `Architecture::NAME`.
+    pub name: &'static str,
+    /// `Architecture::MODEL_TYPES`.
+    pub model_types: &'static [&'static str],
+    /// `Architecture::DEFAULT_REPO`.
+    pub default_repo: &'static str,
+    /// `Architecture::STOP_TOKENS`.
+    pub stop_tokens: &'static [&'static str],
+    /// `Architecture::load`.
+    pub build: fn(&ModelConfig, &ModelWeights, &LoadBar) -> Result<DecoderModel>,
+}
+
+impl ArchInfo {
+    /// Architecture `A` as a value.
+    pub fn of<A: Architecture>() -> Self {
+        Self {
+            name: A::NAME,
+            model_types: A::MODEL_TYPES,
+            default_repo: A::DEFAULT_REPO,
+            stop_tokens: A::STOP_TOKENS,
+            build: A::load,
+        }
     }
 }
 
@@ -86,6 +108,51 @@ pub struct Loaded {
 /// Resolves, checks and loads a model of architecture `A`. Cheap checks (folder, config,
 /// architecture, format, tokenizer) come before any weight is read.
 pub fn load<A: Architecture>(opts: &LoadOptions) -> Result<Loaded> {
+    load_arch(&ArchInfo::of::<A>(), opts)
+}
+
+/// Resolves a model and loads it with whichever of `archs` its `config.json` names
+/// (`model_type`); a model of none of them is a typed error listing what is supported.
+pub fn load_any(archs: &[ArchInfo], opts: &LoadOptions) -> Result<(ArchInfo, Loaded)> {
+    let dir = opts.source.resolve(opts.show_progress)?;
+    if !dir.is_dir() {
+        return Err(LlmError::FolderNotFound { path: dir });
+    }
+    let local = LoadOptions {
+        source: crate::source::ModelSource::Local(dir.clone()),
+        ..opts.clone()
+    };
+    let model_type = ModelConfig::open(&dir)
+        .ok()
+        .and_then(|c| c.json().get("model_type")?.as_str().map(str::to_string));
+    let arch = archs.iter().find(|a| {
+        model_type
+            .as_deref()
+            .is_some_and(|t| a.model_types.contains(&t))
+    });
+    match arch {
+        Some(arch) => Ok((*arch, load_arch(arch, &local)?)),
+        // Let the first architecture's checks report what the folder is (legacy repo, missing
+        // config, another architecture).
+        None => {
+            let supported: Vec<&str> = archs.iter().map(|a| a.name).collect();
+            match load_arch(&archs[0], &local) {
+                Err(LlmError::WrongArchitecture { path, found, .. }) => {
+                    Err(LlmError::WrongArchitecture {
+                        path,
+                        expected: supported.join(", "),
+                        found,
+                    })
+                }
+                Err(e) => Err(e),
+                Ok(_) => unreachable!("a config of no listed model_type loaded"),
+            }
+        }
+    }
+}
+
+/// [`load`] for an architecture given as a value.
+pub fn load_arch(arch: &ArchInfo, opts: &LoadOptions) -> Result<Loaded> {
     let dir = opts.source.resolve(opts.show_progress)?;
     if !dir.is_dir() {
         return Err(LlmError::FolderNotFound { path: dir });
@@ -99,7 +166,7 @@ pub fn load<A: Architecture>(opts: &LoadOptions) -> Result<Loaded> {
     if let Some(e) = legacy(Some(config.json())) {
         return Err(e.into());
     }
-    config.check_model_type(A::MODEL_TYPES, A::NAME)?;
+    config.check_model_type(arch.model_types, arch.name)?;
     match (opts.bf16, config.is_df11()) {
         (false, false) => return Err(LlmError::NotDf11 { path: dir }),
         (true, true) => return Err(LlmError::UnexpectedDf11 { path: dir }),
@@ -108,7 +175,7 @@ pub fn load<A: Architecture>(opts: &LoadOptions) -> Result<Loaded> {
     let tokenizer = load_tokenizer(&dir)?;
     let chat_template = ChatTemplate::from_dir(&dir)?;
     let mut defaults = GenerationDefaults::read(&dir, &config)?;
-    for token in A::STOP_TOKENS {
+    for token in arch.stop_tokens {
         let id = tokenizer.token_to_id(token);
         if let Some(id) = id.filter(|id| !defaults.eos_token_ids.contains(id)) {
             defaults.eos_token_ids.push(id);
@@ -121,7 +188,7 @@ pub fn load<A: Architecture>(opts: &LoadOptions) -> Result<Loaded> {
     };
     let weights = ModelWeights::open(&dir, format, &opts.device, opts.dtype)?;
     let bar = LoadBar::new(0, opts.show_progress);
-    let mut model = A::load(&config, &weights, &bar)?;
+    let mut model = (arch.build)(&config, &weights, &bar)?;
     bar.finish();
     model.set_options(opts.decode.clone())?;
     Ok(Loaded {
@@ -132,105 +199,4 @@ pub fn load<A: Architecture>(opts: &LoadOptions) -> Result<Loaded> {
         chat_template,
         defaults,
     })
-}
-
-/// The prompt's token ids: the chat template applied to one user message (encoded without
-/// special tokens, as `apply_chat_template` does), or the raw prompt encoded with them.
-/// Falls back to the raw prompt when the model has no template.
-pub fn prompt_ids(
-    loaded: &Loaded,
-    prompt: &str,
-    use_template: bool,
-    thinking: bool,
-) -> Result<Vec<u32>> {
-    match (&loaded.chat_template, use_template) {
-        (Some(t), true) => {
-            let text = t.render(&[Message::user(prompt)], true, Some(thinking))?;
-            encode(&loaded.tokenizer, &text, false)
-        }
-        _ => encode(&loaded.tokenizer, prompt, true),
-    }
-}
-
-/// Sampling from the flags, falling back to generation_config.json where a flag is absent.
-pub fn sampling_params(args: &CommonArgs, defaults: &GenerationDefaults) -> SamplingParams {
-    let temperature = args.temperature.unwrap_or(if defaults.do_sample {
-        defaults.temperature.unwrap_or(1.0)
-    } else {
-        0.0
-    });
-    SamplingParams {
-        temperature,
-        top_p: args.top_p.or(defaults.top_p),
-        top_k: args.top_k.or(defaults.top_k),
-        seed: args.seed,
-        repeat_penalty: args.repeat_penalty,
-        repeat_last_n: args.repeat_last_n,
-    }
-}
-
-/// Runs the program for architecture `A`: streamed text on stdout and a report on stderr, or
-/// one JSON object on stdout with `--json`.
-pub fn run<A: Architecture>(args: &CommonArgs) -> Result<Generation> {
-    if let Some(path) = args.matmul {
-        df11_candle::set_matmul_path(path);
-    }
-    if let Some(form) = args.exponents {
-        df11_candle::set_exponent_form(form);
-    }
-    let device = select_device(args.cpu)?;
-    let dtype = select_dtype(args.dtype, &device);
-    let opts = LoadOptions {
-        source: args.source(A::DEFAULT_REPO),
-        bf16: args.bf16,
-        device,
-        dtype,
-        show_progress: !args.json,
-        decode: args.decode_options(),
-    };
-    let started = Instant::now();
-    let mut loaded = load::<A>(&opts)?;
-    let format = if args.bf16 { "BF16" } else { "DF11" };
-    eprintln!(
-        "{} ({format}) from {} on {:?} in {dtype:?}, loaded in {:.2} s",
-        A::NAME,
-        loaded.dir.display(),
-        opts.device,
-        started.elapsed().as_secs_f64()
-    );
-    if !args.no_chat_template && loaded.chat_template.is_none() {
-        eprintln!("the model has no chat template: encoding the prompt as is");
-    }
-    let prompt = prompt_ids(&loaded, &args.prompt, !args.no_chat_template, args.thinking)?;
-    let params = GenerationParams {
-        max_new_tokens: args.max_new_tokens,
-        eos_token_ids: loaded.defaults.eos_token_ids.clone(),
-        sampling: sampling_params(args, &loaded.defaults),
-    };
-    let stream = !args.json;
-    let mut stdout = std::io::stdout();
-    let mut on_text = |piece: &str| -> Result<()> {
-        if stream {
-            let io = |source| LlmError::io("<stdout>", source);
-            stdout.write_all(piece.as_bytes()).map_err(io)?;
-            stdout.flush().map_err(io)?;
-        }
-        Ok(())
-    };
-    let generation = generate(
-        &mut loaded.model,
-        &loaded.tokenizer,
-        &prompt,
-        &params,
-        &mut on_text,
-    )?;
-    if args.json {
-        let json =
-            serde_json::to_string(&generation).map_err(|e| LlmError::Usage(e.to_string()))?;
-        println!("{json}");
-    } else {
-        println!();
-        eprintln!("{}", report(&generation));
-    }
-    Ok(generation)
 }

@@ -28,13 +28,9 @@ impl From<ComputeDtype> for DType {
     }
 }
 
-/// Flags shared by the model binaries.
+/// Which model to load and how: shared by generation (`CommonArgs`) and the server.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
-pub struct CommonArgs {
-    /// The prompt (a single user message, wrapped in the chat template unless --no-chat-template).
-    #[arg(long)]
-    pub prompt: String,
-
+pub struct ModelArgs {
     /// Hugging Face Hub repo (owner/name).
     #[arg(long)]
     pub model_id: Option<String>,
@@ -55,6 +51,116 @@ pub struct CommonArgs {
     /// Load a plain BF16 model instead of a DF11 one (for comparison).
     #[arg(long)]
     pub bf16: bool,
+
+    /// Run on the CPU even when CUDA is available.
+    #[arg(long)]
+    pub cpu: bool,
+
+    /// Compute dtype [default: bf16 on CUDA, f32 on the CPU].
+    #[arg(long, value_enum)]
+    pub dtype: Option<ComputeDtype>,
+
+    /// How linear layers multiply on CUDA: `fused` (DF11 decode fused into a matrix-vector
+    /// kernel; BF16 weights through its twin, same summation order), `decode` (decode into a BF16
+    /// buffer, then cuBLAS), or `auto` (fused up to the measured crossover batch size).
+    /// [default: $DF11_MATMUL, else auto]
+    #[arg(long)]
+    pub matmul: Option<df11_candle::MatmulPath>,
+
+    /// How DF11 units keep their exponents on CUDA: `packed` (re-packed at load into fixed 3-bit
+    /// codes with an escape list), `huffman` (the file's stream plus a segment index), or `auto`
+    /// (packed where it costs at most 3.52 bits per weight). [default: $DF11_EXPONENTS, else auto]
+    #[arg(long)]
+    pub exponents: Option<df11_candle::ExponentForm>,
+
+    /// Positions a sequence may reach (prompt and generated tokens): the KV cache is allocated
+    /// for this many at load. [default: the model's maximum, at most 4096]
+    #[arg(long)]
+    pub max_context: Option<usize>,
+
+    /// Run each decode step as separate launches instead of replaying a captured CUDA graph
+    /// (same tokens and logits, bit for bit). [default: $DF11_CUDA_GRAPH=0 turns graphs off]
+    #[arg(long)]
+    pub no_cuda_graph: bool,
+}
+
+impl ModelArgs {
+    /// How decode steps run, from the flags and the environment.
+    pub fn decode_options(&self) -> crate::model::DecodeOptions {
+        let mut options = crate::model::DecodeOptions {
+            max_context: self.max_context,
+            ..Default::default()
+        };
+        if self.no_cuda_graph {
+            options.cuda_graph = false;
+        }
+        options
+    }
+
+    /// The model source the flags name. `default_repo` is used when neither --model-id nor
+    /// --model-dir is given.
+    pub fn source(&self, default_repo: &str) -> ModelSource {
+        match &self.model_dir {
+            Some(dir) => ModelSource::Local(dir.clone()),
+            None => ModelSource::Hub {
+                repo: self
+                    .model_id
+                    .clone()
+                    .unwrap_or_else(|| default_repo.to_string()),
+                revision: self.revision.clone(),
+                offline: self.offline || env_offline(),
+                cache_dir: None,
+            },
+        }
+    }
+
+    /// Everything [`crate::load`] needs; sets the process-wide CUDA paths (`--matmul`,
+    /// `--exponents`) and picks the device.
+    pub fn load_options(
+        &self,
+        default_repo: &str,
+        show_progress: bool,
+    ) -> crate::Result<crate::LoadOptions> {
+        if let Some(path) = self.matmul {
+            df11_candle::set_matmul_path(path);
+        }
+        if let Some(form) = self.exponents {
+            df11_candle::set_exponent_form(form);
+        }
+        let device = crate::device::select_device(self.cpu)?;
+        let dtype = crate::device::select_dtype(self.dtype, &device);
+        Ok(crate::LoadOptions {
+            source: self.source(default_repo),
+            bf16: self.bf16,
+            device,
+            dtype,
+            show_progress,
+            decode: self.decode_options(),
+        })
+    }
+}
+
+/// Flags shared by the model binaries (and `df11 run`).
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct CommonArgs {
+    /// The prompt (a single user message, wrapped in the chat template unless
+    /// --no-chat-template). Repeat it to run several prompts as one batch.
+    #[arg(long)]
+    pub prompt: Vec<String>,
+
+    /// A file of prompts run as one batch: one per line, or JSON lines (a string, or an object
+    /// with a `prompt` field).
+    #[arg(long)]
+    pub prompts_file: Option<PathBuf>,
+
+    /// A chat in the terminal: the conversation is kept, answers stream, each turn reports its
+    /// speed. An empty line or end of input quits.
+    #[arg(long, short = 'i')]
+    pub interactive: bool,
+
+    /// Which model, and how to run it.
+    #[command(flatten)]
+    pub model: ModelArgs,
 
     /// Encode the prompt as is (`tokenizer.encode(prompt, add_special_tokens=true)`).
     #[arg(long)]
@@ -92,70 +198,47 @@ pub struct CommonArgs {
     #[arg(short = 'n', long, default_value_t = 1024)]
     pub max_new_tokens: usize,
 
-    /// Run on the CPU even when CUDA is available.
-    #[arg(long)]
-    pub cpu: bool,
-
-    /// Compute dtype [default: bf16 on CUDA, f32 on the CPU].
-    #[arg(long, value_enum)]
-    pub dtype: Option<ComputeDtype>,
-
-    /// Print one JSON object (ids, text, timings) on stdout instead of the streamed text.
+    /// Print JSON on stdout instead of the streamed text: one object, or one line per prompt
+    /// for a batch.
     #[arg(long)]
     pub json: bool,
-
-    /// How linear layers multiply on CUDA: `fused` (DF11 decode fused into a matrix-vector
-    /// kernel; BF16 weights through its twin, same summation order), `decode` (decode into a BF16
-    /// buffer, then cuBLAS), or `auto` (fused up to the measured crossover batch size).
-    /// [default: $DF11_MATMUL, else auto]
-    #[arg(long)]
-    pub matmul: Option<df11_candle::MatmulPath>,
-
-    /// How DF11 units keep their exponents on CUDA: `packed` (re-packed at load into fixed 3-bit
-    /// codes with an escape list), `huffman` (the file's stream plus a segment index), or `auto`
-    /// (packed where it costs at most 3.52 bits per weight). [default: $DF11_EXPONENTS, else auto]
-    #[arg(long)]
-    pub exponents: Option<df11_candle::ExponentForm>,
-
-    /// Positions a sequence may reach (prompt and generated tokens): the KV cache is allocated
-    /// for this many at load. [default: the model's maximum, at most 4096]
-    #[arg(long)]
-    pub max_context: Option<usize>,
-
-    /// Run each decode step as separate launches instead of replaying a captured CUDA graph
-    /// (same tokens and logits, bit for bit). [default: $DF11_CUDA_GRAPH=0 turns graphs off]
-    #[arg(long)]
-    pub no_cuda_graph: bool,
 }
 
 impl CommonArgs {
-    /// How decode steps run, from the flags and the environment.
-    pub fn decode_options(&self) -> crate::model::DecodeOptions {
-        let mut options = crate::model::DecodeOptions {
-            max_context: self.max_context,
-            ..Default::default()
-        };
-        if self.no_cuda_graph {
-            options.cuda_graph = false;
+    /// The prompts of `--prompt` and `--prompts-file`, in that order.
+    pub fn prompts(&self) -> crate::Result<Vec<String>> {
+        let mut prompts = self.prompt.clone();
+        if let Some(path) = &self.prompts_file {
+            let text = std::fs::read_to_string(path).map_err(|e| crate::LlmError::io(path, e))?;
+            for (i, line) in text.lines().enumerate() {
+                let line = line.trim_end_matches('\r');
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let prompt = if line.trim_start().starts_with(['{', '"']) {
+                    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| {
+                        crate::LlmError::Usage(format!("{}:{}: {e}", path.display(), i + 1))
+                    })?;
+                    match v
+                        .as_str()
+                        .or_else(|| v.get("prompt").and_then(|p| p.as_str()))
+                    {
+                        Some(p) => p.to_string(),
+                        None => {
+                            return Err(crate::LlmError::Usage(format!(
+                                "{}:{}: a JSON line must be a string or have a `prompt` string",
+                                path.display(),
+                                i + 1
+                            )))
+                        }
+                    }
+                } else {
+                    line.to_string()
+                };
+                prompts.push(prompt);
+            }
         }
-        options
-    }
-
-    /// The model source the flags name. `default_repo` is used when neither --model-id nor
-    /// --model-dir is given.
-    pub fn source(&self, default_repo: &str) -> ModelSource {
-        match &self.model_dir {
-            Some(dir) => ModelSource::Local(dir.clone()),
-            None => ModelSource::Hub {
-                repo: self
-                    .model_id
-                    .clone()
-                    .unwrap_or_else(|| default_repo.to_string()),
-                revision: self.revision.clone(),
-                offline: self.offline || env_offline(),
-                cache_dir: None,
-            },
-        }
+        Ok(prompts)
     }
 }
 
@@ -212,16 +295,17 @@ mod tests {
         .unwrap();
         let c = cli.common;
         assert_eq!(c.max_new_tokens, 12);
-        assert_eq!(c.dtype, Some(ComputeDtype::F32));
+        assert_eq!(c.model.dtype, Some(ComputeDtype::F32));
         assert_eq!(c.repeat_penalty, 1.0);
-        assert!(c.cpu && c.json && c.no_chat_template && !c.thinking);
-        assert_eq!(c.source("a/b"), ModelSource::Local("/m".into()));
+        assert!(c.model.cpu && c.json && c.no_chat_template && !c.thinking);
+        assert_eq!(c.model.source("a/b"), ModelSource::Local("/m".into()));
+        assert_eq!(c.prompts().unwrap(), vec!["hi".to_string()]);
 
         let hub = Cli::try_parse_from(["x", "--prompt", "p", "--offline", "--revision", "v1"])
             .unwrap()
             .common;
         assert_eq!(
-            hub.source("org/name"),
+            hub.model.source("org/name"),
             ModelSource::Hub {
                 repo: "org/name".into(),
                 revision: Some("v1".into()),
@@ -239,5 +323,32 @@ mod tests {
             "a/b"
         ])
         .is_err());
+    }
+
+    #[test]
+    fn prompts_from_flags_and_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("prompts.txt");
+        std::fs::write(
+            &file,
+            "plain line\n\n\"a JSON string\"\n{\"prompt\": \"an object\", \"id\": 3}\r\n",
+        )
+        .unwrap();
+        let f = file.to_str().unwrap();
+        let c = Cli::try_parse_from(["x", "--prompt", "a", "--prompt", "b", "--prompts-file", f])
+            .unwrap()
+            .common;
+        assert_eq!(
+            c.prompts().unwrap(),
+            ["a", "b", "plain line", "a JSON string", "an object"]
+        );
+        std::fs::write(&file, "{\"text\": 1}\n").unwrap();
+        let e = c.prompts().unwrap_err().to_string();
+        assert!(e.contains("prompts.txt:1"), "{e}");
+        let missing = dir.path().join("none.txt");
+        let c = Cli::try_parse_from(["x", "--prompts-file", missing.to_str().unwrap()])
+            .unwrap()
+            .common;
+        assert!(c.prompts().unwrap_err().to_string().contains("none.txt"));
     }
 }

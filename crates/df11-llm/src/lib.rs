@@ -15,9 +15,11 @@ pub mod args;
 pub mod attention;
 pub mod bench;
 pub mod chat;
+pub mod cli;
 pub mod config;
 pub mod decoder;
 pub mod device;
+pub mod engine;
 pub mod error;
 pub mod generate;
 #[cfg(feature = "cuda")]
@@ -30,6 +32,7 @@ pub mod progress;
 pub mod report;
 pub mod rope;
 pub mod sampling;
+pub mod serving;
 pub mod source;
 pub mod spec;
 pub mod step;
@@ -38,16 +41,18 @@ pub mod text_config;
 pub mod tie;
 pub mod tokenizer;
 
-pub use app::{load, prompt_ids, run, sampling_params, Architecture, LoadOptions, Loaded};
-pub use args::{parse_args, CommonArgs, ComputeDtype};
+pub use app::{load, load_any, load_arch, ArchInfo, Architecture, LoadOptions, Loaded};
+pub use args::{parse_args, CommonArgs, ComputeDtype, ModelArgs};
 pub use attention::{
     attention, causal_mask, decoder_mask, last_position, merge_heads, softcap,
     softcapped_attention, split_heads,
 };
 pub use chat::{ChatTemplate, Message};
+pub use cli::{conversation_ids, prompt_ids, run, run_archs, sampling_params};
 pub use config::{GenerationDefaults, ModelConfig, RopeConfig};
 pub use decoder::{DecoderLayer, EagerAt, GatedMlp, SelfAttention};
 pub use device::{select_device, select_dtype};
+pub use engine::{Engine, SeqId};
 pub use error::{LlmError, Result};
 pub use generate::{generate, CausalLm, Generation, GenerationParams};
 pub use kv_cache::KvCache;

@@ -201,9 +201,10 @@ impl DecoderModel {
         self.caches = None;
     }
 
-    /// Makes sure a cache of `slots` slots exists (a new one, emptied, when the count changes).
+    /// Makes sure a cache of at least `slots` slots exists (a new one, emptied, when it has
+    /// fewer).
     fn ensure_caches(&mut self, slots: usize) -> Result<()> {
-        if self.caches.as_ref().is_some_and(|c| c.slots == slots) {
+        if self.caches.as_ref().is_some_and(|c| c.slots >= slots) {
             return Ok(());
         }
         self.drop_caches();
@@ -258,8 +259,9 @@ impl DecoderModel {
         }
     }
 
-    /// The eager pass: `ids` `[rows, seq]` at positions `start..`, row `r` in slot `r`.
-    fn forward_eager(&self, ids: &Tensor, start: usize) -> Result<Tensor> {
+    /// The eager pass: `ids` `[rows, seq]` at positions `start..`, row `r` in slot
+    /// `first_slot + r`.
+    fn forward_eager(&self, ids: &Tensor, first_slot: usize, start: usize) -> Result<Tensor> {
         let caches = self.caches.as_ref().expect("caches are allocated first");
         let seq = ids.dim(1)?;
         let mut x = self.embed(ids)?;
@@ -288,7 +290,7 @@ impl DecoderModel {
                 sin,
                 mask,
                 kv: &caches.kv[i],
-                first_slot: 0,
+                first_slot,
                 start,
             };
             x = layer.forward(&x, &at)?;
@@ -341,43 +343,127 @@ impl DecoderModel {
         self.logits(&normed)
     }
 
-    /// One decode token for each row of `rows` (`ids` `[rows, 1]`): through the step kernels
-    /// (and a CUDA graph) where they apply, else the eager pass. Returns `[rows, vocab]`.
-    fn decode_step(&mut self, ids: &Tensor, rows: &StepRows) -> Result<Tensor> {
-        if let Some(c) = &self.caches {
-            rows.check(c.slots, c.capacity)?;
-        }
-        #[cfg(feature = "cuda")]
-        if self.step_kernels_apply() {
-            let x = self.embed(ids)?.contiguous()?;
-            let n = rows.len();
-            if !self.options.cuda_graph {
-                let (positions, slots) = rows.to_device(&self.device)?;
-                return self.step_body(&x, &positions, &slots);
-            }
-            if let Some(graph) = self.graphs.get(&n) {
-                return graph.replay(&x, &rows.positions, &rows.slots);
-            }
-            let dev = self.device.as_cuda_device()?.clone();
-            let (graph, logits) = crate::graph::StepGraph::capture(
-                &dev,
-                &x,
-                &rows.positions,
-                &rows.slots,
-                &|x, p, s| self.step_body(x, p, s),
-            )?;
-            self.graphs.insert(n, graph);
-            return Ok(logits);
-        }
-        let start = rows.positions[0];
-        if rows.positions.iter().any(|&p| p != start)
-            || rows.slots.iter().enumerate().any(|(i, &s)| s != i)
-        {
+    /// Allocates the KV cache for `slots` sequences (at the maximum context) now, so that
+    /// [`DecoderModel::prefill`] and [`DecoderModel::decode`] can use slots `0..slots`.
+    pub fn reserve_slots(&mut self, slots: usize) -> Result<()> {
+        if slots == 0 {
             return Err(LlmError::Usage(
-                "ragged decode steps need the CUDA step kernels".into(),
+                "a model needs at least one sequence slot".into(),
             ));
         }
-        self.forward_eager(ids, start)
+        self.ensure_caches(slots)
+    }
+
+    /// Sequence slots of the allocated cache (0 before the first use).
+    pub fn slots(&self) -> usize {
+        self.caches.as_ref().map_or(0, |c| c.slots)
+    }
+
+    /// Runs `ids` (one sequence's prompt or the next part of it) into cache slot `slot` at
+    /// positions `start..start + ids.len()`, eagerly; returns the last position's logits,
+    /// `[1, vocab]`.
+    pub fn prefill(&mut self, slot: usize, ids: &[u32], start: usize) -> Result<Tensor> {
+        let capacity = self.max_context();
+        if slot >= self.slots() || ids.is_empty() || start + ids.len() > capacity {
+            return Err(LlmError::Usage(format!(
+                "prefill of {} tokens at position {start} into slot {slot} ({} slots, context \
+                 of {capacity} positions)",
+                ids.len(),
+                self.slots()
+            )));
+        }
+        let ids = Tensor::new(ids, &self.device)?.unsqueeze(0)?;
+        self.forward_eager(&ids, slot, start)
+    }
+
+    /// One decode step: `tokens[r]` at position `rows.positions[r]` of the sequence in slot
+    /// `rows.slots[r]` (rows independent: a ragged batch). Returns `[rows, vocab]`. On CUDA in
+    /// BF16 through the step kernels and a CUDA graph per power-of-two bucket of rows (padded
+    /// with free slots); elsewhere through the eager pass.
+    pub fn decode(&mut self, tokens: &[u32], rows: &StepRows) -> Result<Tensor> {
+        let Some(c) = &self.caches else {
+            return Err(LlmError::Usage(
+                "decode before any slot was reserved".into(),
+            ));
+        };
+        rows.check(c.slots, c.capacity)?;
+        if tokens.len() != rows.len() {
+            return Err(LlmError::Usage(format!(
+                "{} tokens for {} rows",
+                tokens.len(),
+                rows.len()
+            )));
+        }
+        self.decode_step(tokens, rows)
+    }
+
+    /// [`DecoderModel::decode`] after the checks.
+    fn decode_step(&mut self, tokens: &[u32], rows: &StepRows) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if self.step_kernels_apply() {
+            return self.decode_kernels(tokens, rows);
+        }
+        let first = rows.slots[0];
+        let uniform = rows.positions.iter().all(|&p| p == rows.positions[0])
+            && rows.slots.iter().enumerate().all(|(i, &s)| s == first + i);
+        if uniform {
+            let ids = Tensor::new(tokens, &self.device)?.unsqueeze(1)?;
+            return self.forward_eager(&ids, first, rows.positions[0]);
+        }
+        let mut out = Vec::with_capacity(rows.len());
+        for ((&t, &slot), &pos) in tokens.iter().zip(&rows.slots).zip(&rows.positions) {
+            let ids = Tensor::new(&[t], &self.device)?.unsqueeze(0)?;
+            out.push(self.forward_eager(&ids, slot, pos)?);
+        }
+        Ok(Tensor::cat(&out, 0)?)
+    }
+
+    /// The step kernels, through a CUDA graph per bucket of rows unless graphs are off.
+    #[cfg(feature = "cuda")]
+    fn decode_kernels(&mut self, tokens: &[u32], rows: &StepRows) -> Result<Tensor> {
+        let n = rows.len();
+        if !self.options.cuda_graph {
+            let ids = Tensor::new(tokens, &self.device)?.unsqueeze(1)?;
+            let x = self.embed(&ids)?.contiguous()?;
+            let (positions, slots) = rows.to_device(&self.device)?;
+            return self.step_body(&x, &positions, &slots);
+        }
+        // Pad to a power of two with free slots at position 0 (a new sequence overwrites it),
+        // so a handful of graphs serve every batch size.
+        let total = self.slots();
+        let bucket = n.next_power_of_two().min(total);
+        let mut padded = rows.clone();
+        let mut tokens = tokens.to_vec();
+        let mut free = (0..total).filter(|s| !rows.slots.contains(s));
+        while padded.len() < bucket {
+            padded
+                .slots
+                .push(free.next().expect("a bucket never exceeds the slots"));
+            padded.positions.push(0);
+            tokens.push(0);
+        }
+        let ids = Tensor::new(tokens.as_slice(), &self.device)?.unsqueeze(1)?;
+        let x = self.embed(&ids)?.contiguous()?;
+        let logits = match self.graphs.get(&bucket) {
+            Some(graph) => graph.replay(&x, &padded.positions, &padded.slots)?,
+            None => {
+                let dev = self.device.as_cuda_device()?.clone();
+                let (graph, logits) = crate::graph::StepGraph::capture(
+                    &dev,
+                    &x,
+                    &padded.positions,
+                    &padded.slots,
+                    &|x, p, s| self.step_body(x, p, s),
+                )?;
+                self.graphs.insert(bucket, graph);
+                logits
+            }
+        };
+        Ok(if bucket > n {
+            logits.narrow(0, 0, n)?
+        } else {
+            logits
+        })
     }
 }
 
@@ -394,9 +480,10 @@ impl CausalLm for DecoderModel {
             )));
         }
         if seq == 1 {
-            self.decode_step(ids, &StepRows::uniform(rows, start_pos))
+            let tokens = ids.flatten_all()?.to_vec1::<u32>()?;
+            self.decode_step(&tokens, &StepRows::uniform(rows, start_pos))
         } else {
-            self.forward_eager(ids, start_pos)
+            self.forward_eager(ids, 0, start_pos)
         }
     }
 

@@ -192,3 +192,98 @@ pub fn decode_paths_agree(m: &ModelUnderTest) {
         );
     }
 }
+
+/// Sequences give the same logits, bit for bit, whether they run alone or joined in a ragged
+/// batch (different prompt lengths, joining at different steps, rows in any order, one leaving
+/// early): the engine's rows are independent. On [`test_device`] (up to 3 rows, where CUDA's
+/// linears take the fused kernels).
+pub fn engine_batches_equal_single_runs(m: &ModelUnderTest) {
+    use crate::engine::{Engine, SeqId};
+    let device = test_device();
+    let dtype = if device.is_cuda() {
+        DType::BF16
+    } else {
+        DType::F32
+    };
+    let name = m.fixtures[0];
+    let prompt = ids(&reference(name)["prompt_ids"]);
+    let prompts = [
+        prompt.clone(),
+        prompt[..prompt.len() / 2].to_vec(),
+        prompt[3..].to_vec(),
+    ];
+    let dir = model_dir(name, "df11");
+    let config = ModelConfig::open(&dir).unwrap();
+    let engine = || {
+        let weights = ModelWeights::open(&dir, WeightFormat::Df11, &device, dtype).unwrap();
+        let mut model = (m.build)(&config, &weights, &LoadBar::hidden()).unwrap();
+        let options = DecodeOptions {
+            max_context: Some(prompt.len() + 16),
+            ..Default::default()
+        };
+        model.set_options(options).unwrap();
+        Engine::new(model, 4).unwrap()
+    };
+    let argmax = |t: &candle_core::Tensor| -> u32 {
+        t.argmax(candle_core::D::Minus1)
+            .unwrap()
+            .to_scalar::<u32>()
+            .unwrap()
+    };
+    const STEPS: usize = 6;
+    // Alone: prompt logits, then STEPS greedy steps.
+    let mut alone = Vec::new();
+    for p in &prompts {
+        let mut e = engine();
+        let (seq, mut logits) = e.add(p).unwrap();
+        let mut bits = vec![logit_bits(&logits)];
+        for _ in 0..STEPS {
+            logits = e
+                .step(&[(seq, argmax(&logits))])
+                .unwrap()
+                .squeeze(0)
+                .unwrap();
+            bits.push(logit_bits(&logits));
+        }
+        alone.push(bits);
+    }
+    // Together: sequence i joins before step i; rows in a rotating order; each leaves after its
+    // STEPS steps.
+    let mut e = engine();
+    let mut running: Vec<(usize, SeqId, u32, usize)> = Vec::new(); // (which, seq, next, steps)
+    let mut together: Vec<Vec<Vec<u32>>> = vec![Vec::new(); prompts.len()];
+    for round in 0.. {
+        if round < prompts.len() {
+            let (seq, logits) = e.add(&prompts[round]).unwrap();
+            together[round].push(logit_bits(&logits));
+            running.push((round, seq, argmax(&logits), 0));
+        }
+        if running.is_empty() {
+            break;
+        }
+        let shift = round % running.len();
+        running.rotate_left(shift);
+        let batch: Vec<(SeqId, u32)> = running.iter().map(|r| (r.1, r.2)).collect();
+        let logits = e.step(&batch).unwrap();
+        for (i, r) in running.iter_mut().enumerate() {
+            let row = logits.get(i).unwrap();
+            together[r.0].push(logit_bits(&row));
+            r.2 = argmax(&row);
+            r.3 += 1;
+        }
+        for r in running.iter().filter(|r| r.3 == STEPS) {
+            e.remove(r.1);
+        }
+        running.retain(|r| r.3 < STEPS);
+    }
+    for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
+        assert_eq!(a.len(), b.len(), "{name}: sequence {i}");
+        for (step, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(
+                x == y,
+                "{name}: sequence {i}, step {step}: alone != batched"
+            );
+        }
+    }
+    assert_eq!(e.running(), 0);
+}

@@ -140,6 +140,7 @@ macro_rules! model_tests {
             exact::df11_logits_equal_bf16_logits_bit_for_bit,
             exact::tie_is_read_from_the_config,
             exact::decode_paths_agree,
+            exact::engine_batches_equal_single_runs,
             errors::missing_folder,
             errors::another_architecture,
             errors::wrong_format_either_way,

@@ -1,0 +1,214 @@
+//! `df11 serve` end to end on the CPU with a fixture model, driven by the real `openai` Python
+//! client (`tests/server/openai_client.py`; `python3 -m pip install openai==3.57.0` first, as
+//! `.ci/run` does): streaming and non-streaming chat equal to `df11 run`'s greedy output, 8
+//! concurrent clients, every bad request a 4xx with the server still answering, the API key,
+//! the queue limit, a client that disconnects, a bounded load test. Also `df11 run` with several
+//! prompts and the chat.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use df11_llm::testing::{binary, model_dir};
+use serde_json::Value;
+
+fn df11() -> PathBuf {
+    binary("df11", env!("CARGO_BIN_EXE_df11"))
+}
+
+/// A running `df11 serve`, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `df11 serve` on the qwen3-tiny fixture on a free port with `extra` flags, and waits
+/// for its `listening on` line.
+fn serve(extra: &[&str]) -> Server {
+    let dir = model_dir("qwen3-tiny", "df11");
+    let mut child = Command::new(df11())
+        .args([
+            "serve",
+            "--model-dir",
+            dir.to_str().unwrap(),
+            "--cpu",
+            "--port",
+            "0",
+        ])
+        .args(["--served-model-name", "tiny", "--max-context", "256"])
+        .args(extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("df11 serve starts");
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("df11 serve printed `listening on` before exiting")
+            .unwrap();
+        if let Some(at) = line.find("listening on ") {
+            break line[at + "listening on ".len()..].trim().to_string();
+        }
+    };
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Server { child, url }
+}
+
+/// `df11 run` on the fixture with `args`, greedy, 12 tokens, its stdout.
+fn run(args: &[&str]) -> String {
+    let dir = model_dir("qwen3-tiny", "df11");
+    let out = Command::new(df11())
+        .args(["run", "--model-dir", dir.to_str().unwrap(), "--cpu"])
+        .args([
+            "--temperature",
+            "0",
+            "-n",
+            "12",
+            "--max-context",
+            "256",
+            "--json",
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "df11 run {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+const PROMPTS: [&str; 3] = ["What is a binary tree?", "Hello there", "Count to ten"];
+
+#[test]
+fn the_openai_client_gets_the_cli_s_answers_and_every_bad_request_a_4xx() {
+    let (mut texts, mut tokens) = (Vec::new(), Vec::new());
+    for p in PROMPTS {
+        let j: Value = serde_json::from_str(run(&["--prompt", p]).trim()).unwrap();
+        texts.push(j["text"].clone());
+        tokens.push(j["generated_tokens"].clone());
+    }
+    let expected = tempfile::NamedTempFile::new().unwrap();
+    let json = serde_json::json!({"prompts": PROMPTS, "texts": texts, "tokens": tokens});
+    std::fs::write(expected.path(), json.to_string()).unwrap();
+    let main = serve(&["--max-batch", "8", "--max-body-bytes", "65536"]);
+    let limited = serve(&[
+        "--max-batch",
+        "1",
+        "--max-queue",
+        "1",
+        "--api-key",
+        "secret",
+    ]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/server/openai_client.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .args([&main.url, &limited.url])
+        .arg(expected.path())
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("No module named 'openai'"),
+        "the test needs the openai client: python3 -m pip install openai==3.57.0"
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("OK"), "{stdout}");
+    for line in stdout.lines().filter(|l| l.starts_with("LOAD ")) {
+        eprintln!("{line}");
+    }
+}
+
+#[test]
+fn several_prompts_run_as_one_batch_with_the_single_runs_answers() {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    writeln!(file.as_file(), "{}", PROMPTS[2]).unwrap();
+    let path = file.path().to_str().unwrap();
+    let out = run(&[
+        "--prompt",
+        PROMPTS[0],
+        "--prompt",
+        PROMPTS[1],
+        "--prompts-file",
+        path,
+    ]);
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    for (line, p) in lines.iter().zip(PROMPTS) {
+        let alone: Value = serde_json::from_str(run(&["--prompt", p]).trim()).unwrap();
+        assert_eq!(line["prompt"], p);
+        assert_eq!(line["generated_tokens"], alone["generated_tokens"], "{p}");
+        assert_eq!(line["text"], alone["text"], "{p}");
+    }
+}
+
+#[test]
+fn chat_keeps_the_conversation_and_reports_each_turn() {
+    let dir = model_dir("qwen3-tiny", "df11");
+    let mut child = Command::new(df11())
+        .args([
+            "chat",
+            "--model-dir",
+            dir.to_str().unwrap(),
+            "--cpu",
+            "--temperature",
+            "0",
+        ])
+        .args(["-n", "12", "--max-context", "256"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"Hello\nAnd then?\n\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let turns: Vec<&str> = stderr.lines().filter(|l| l.contains("tok/s")).collect();
+    assert_eq!(turns.len(), 2, "{stderr}");
+    // The second turn's prompt holds the first exchange: it is longer than a fresh one.
+    let prompt_tokens = |l: &str| -> usize {
+        l.trim_start_matches("> ")
+            .trim_start_matches('[')
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(
+        prompt_tokens(turns[1]) > prompt_tokens(turns[0]) + 6,
+        "{stderr}"
+    );
+    // The first answer is the single run's.
+    let alone: Value = serde_json::from_str(run(&["--prompt", "Hello"]).trim()).unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with(alone["text"].as_str().unwrap()),
+        "{stdout:?} vs {:?}",
+        alone["text"]
+    );
+}

@@ -1,0 +1,323 @@
+//! The command-line program, written once for every architecture: load the model, then one
+//! prompt (streamed text and a report, or one JSON object), a batch of prompts (`--prompt`
+//! repeated, `--prompts-file`: run together through the continuous-batching scheduler), or a
+//! chat in the terminal (`--interactive`).
+
+use std::io::{BufRead, Write};
+use std::sync::{mpsc, Arc};
+use std::time::Instant;
+
+use serde::Serialize;
+use tokenizers::Tokenizer;
+
+use crate::app::{load_any, load_arch, ArchInfo, Loaded};
+use crate::args::CommonArgs;
+use crate::chat::{ChatTemplate, Message};
+use crate::config::GenerationDefaults;
+use crate::error::{LlmError, Result};
+use crate::generate::{generate, GenerationParams};
+use crate::report::report;
+use crate::sampling::SamplingParams;
+use crate::serving::{Event, FinishReason, Metrics, Request, Scheduler};
+use crate::tokenizer::encode;
+
+/// The token ids of a conversation: the chat template applied to `messages` (encoded without
+/// special tokens, as `apply_chat_template` does), or, without a template or with `use_template`
+/// off, the last message encoded with them.
+pub fn conversation_ids(
+    tokenizer: &Tokenizer,
+    template: Option<&ChatTemplate>,
+    messages: &[Message],
+    use_template: bool,
+    thinking: bool,
+) -> Result<Vec<u32>> {
+    match (template, use_template) {
+        (Some(t), true) => {
+            let text = t.render(messages, true, Some(thinking))?;
+            encode(tokenizer, &text, false)
+        }
+        _ => {
+            let last = messages.last().map_or("", |m| m.content.as_str());
+            encode(tokenizer, last, true)
+        }
+    }
+}
+
+/// The prompt's token ids: [`conversation_ids`] of one user message.
+pub fn prompt_ids(
+    loaded: &Loaded,
+    prompt: &str,
+    use_template: bool,
+    thinking: bool,
+) -> Result<Vec<u32>> {
+    conversation_ids(
+        &loaded.tokenizer,
+        loaded.chat_template.as_ref(),
+        &[Message::user(prompt)],
+        use_template,
+        thinking,
+    )
+}
+
+/// Sampling from the flags, falling back to generation_config.json where a flag is absent.
+pub fn sampling_params(args: &CommonArgs, defaults: &GenerationDefaults) -> SamplingParams {
+    let temperature = args.temperature.unwrap_or(if defaults.do_sample {
+        defaults.temperature.unwrap_or(1.0)
+    } else {
+        0.0
+    });
+    SamplingParams {
+        temperature,
+        top_p: args.top_p.or(defaults.top_p),
+        top_k: args.top_k.or(defaults.top_k),
+        seed: args.seed,
+        repeat_penalty: args.repeat_penalty,
+        repeat_last_n: args.repeat_last_n,
+    }
+}
+
+fn stdout_write(piece: &str) -> Result<()> {
+    let io = |source| LlmError::io("<stdout>", source);
+    let mut out = std::io::stdout();
+    out.write_all(piece.as_bytes()).map_err(io)?;
+    out.flush().map_err(io)
+}
+
+/// Runs the program for architecture `A`.
+pub fn run<A: crate::Architecture>(args: &CommonArgs) -> Result<()> {
+    run_archs(&[ArchInfo::of::<A>()], args)
+}
+
+/// Runs the program for whichever of `archs` the model's `config.json` names (the first one's
+/// default repo when no model is given).
+pub fn run_archs(archs: &[ArchInfo], args: &CommonArgs) -> Result<()> {
+    let prompts = args.prompts()?;
+    match (prompts.len(), args.interactive) {
+        (0, false) => Err(LlmError::Usage(
+            "give a prompt: --prompt TEXT (repeatable), --prompts-file FILE or --interactive"
+                .into(),
+        )),
+        (n, true) if n > 0 => Err(LlmError::Usage(
+            "--interactive takes its prompts from the terminal, not from --prompt".into(),
+        )),
+        (1, false) => run_one(archs, args, &prompts[0]),
+        (_, false) => run_batch(archs, args, prompts),
+        (_, true) => run_chat(archs, args),
+    }
+}
+
+/// Loads the model of `args` with `archs`, reporting on stderr.
+fn load(archs: &[ArchInfo], args: &CommonArgs, show_progress: bool) -> Result<(ArchInfo, Loaded)> {
+    let opts = args
+        .model
+        .load_options(archs[0].default_repo, show_progress)?;
+    let started = Instant::now();
+    let (arch, loaded) = if archs.len() == 1 {
+        (archs[0], load_arch(&archs[0], &opts)?)
+    } else {
+        load_any(archs, &opts)?
+    };
+    let format = if opts.bf16 { "BF16" } else { "DF11" };
+    eprintln!(
+        "{} ({format}) from {} on {:?} in {:?}, loaded in {:.2} s",
+        arch.name,
+        loaded.dir.display(),
+        opts.device,
+        opts.dtype,
+        started.elapsed().as_secs_f64()
+    );
+    if !args.no_chat_template && loaded.chat_template.is_none() {
+        eprintln!("the model has no chat template: encoding the prompt as is");
+    }
+    Ok((arch, loaded))
+}
+
+/// One prompt: streamed text and a report, or one JSON object.
+fn run_one(archs: &[ArchInfo], args: &CommonArgs, prompt: &str) -> Result<()> {
+    let (_, mut loaded) = load(archs, args, !args.json)?;
+    let prompt = prompt_ids(&loaded, prompt, !args.no_chat_template, args.thinking)?;
+    let params = GenerationParams {
+        max_new_tokens: args.max_new_tokens,
+        eos_token_ids: loaded.defaults.eos_token_ids.clone(),
+        sampling: sampling_params(args, &loaded.defaults),
+    };
+    let stream = !args.json;
+    let mut on_text = |piece: &str| if stream { stdout_write(piece) } else { Ok(()) };
+    let generation = generate(
+        &mut loaded.model,
+        &loaded.tokenizer,
+        &prompt,
+        &params,
+        &mut on_text,
+    )?;
+    if args.json {
+        let json =
+            serde_json::to_string(&generation).map_err(|e| LlmError::Usage(e.to_string()))?;
+        println!("{json}");
+    } else {
+        println!();
+        eprintln!("{}", report(&generation));
+    }
+    Ok(())
+}
+
+/// Starts the scheduler on the model of `args` (loaded on its thread) with `max_batch` slots.
+fn start_scheduler(
+    archs: &[ArchInfo],
+    args: &CommonArgs,
+    max_batch: usize,
+    max_queue: usize,
+) -> Result<(Scheduler, crate::serving::ModelInfo)> {
+    let archs = archs.to_vec();
+    let loader_args = args.clone();
+    Scheduler::start(
+        Box::new(move || load(&archs, &loader_args, !loader_args.json).map(|(_, l)| l)),
+        max_batch,
+        max_queue,
+        Arc::new(Metrics::default()),
+    )
+}
+
+/// One request through the scheduler; its events arrive on the returned channel.
+fn submit(
+    scheduler: &Scheduler,
+    prompt: Vec<u32>,
+    args: &CommonArgs,
+    defaults: &GenerationDefaults,
+) -> Result<mpsc::Receiver<Event>> {
+    let (tx, rx) = mpsc::channel();
+    let request = Request {
+        prompt,
+        max_tokens: Some(args.max_new_tokens),
+        sampling: sampling_params(args, defaults),
+        stop: Vec::new(),
+        events: Box::new(tx),
+        received: Instant::now(),
+    };
+    scheduler
+        .submit(request)
+        .map_err(|e| LlmError::Usage(format!("the scheduler refused a prompt: {e:?}")))?;
+    Ok(rx)
+}
+
+/// One prompt's result in a batch (`--json`: one line each).
+#[derive(Debug, Serialize)]
+struct BatchResult {
+    prompt: String,
+    prompt_tokens: usize,
+    generated_tokens: Vec<u32>,
+    text: String,
+    finish_reason: &'static str,
+}
+
+/// Waits for a request's end, collecting its text (and passing each piece to `on_text`).
+fn collect(
+    rx: &mpsc::Receiver<Event>,
+    on_text: &mut dyn FnMut(&str) -> Result<()>,
+) -> Result<(String, FinishReason, usize, Vec<u32>)> {
+    let mut text = String::new();
+    loop {
+        match rx.recv() {
+            Ok(Event::Text(t)) => {
+                on_text(&t)?;
+                text.push_str(&t);
+            }
+            Ok(Event::Done {
+                reason,
+                prompt_tokens,
+                tokens,
+                ..
+            }) => return Ok((text, reason, prompt_tokens, tokens)),
+            Ok(Event::Failed(e)) => return Err(LlmError::Usage(e)),
+            Err(_) => return Err(LlmError::Usage("the scheduler stopped".into())),
+        }
+    }
+}
+
+/// Several prompts run together (continuous batching, up to 64 at once).
+fn run_batch(archs: &[ArchInfo], args: &CommonArgs, prompts: Vec<String>) -> Result<()> {
+    let (scheduler, info) = start_scheduler(archs, args, prompts.len().min(64), prompts.len())?;
+    let started = Instant::now();
+    let mut pending = Vec::with_capacity(prompts.len());
+    for p in &prompts {
+        let ids = conversation_ids(
+            &info.tokenizer,
+            info.chat_template.as_ref(),
+            &[Message::user(p.as_str())],
+            !args.no_chat_template,
+            args.thinking,
+        )?;
+        pending.push(submit(&scheduler, ids, args, &info.defaults)?);
+    }
+    let mut generated = 0;
+    for (i, (prompt, rx)) in prompts.into_iter().zip(pending).enumerate() {
+        let (text, reason, prompt_tokens, tokens) = collect(&rx, &mut |_| Ok(()))?;
+        generated += tokens.len();
+        if args.json {
+            let line = serde_json::to_string(&BatchResult {
+                prompt,
+                prompt_tokens,
+                generated_tokens: tokens,
+                text,
+                finish_reason: reason.as_str(),
+            })
+            .map_err(|e| LlmError::Usage(e.to_string()))?;
+            println!("{line}");
+        } else {
+            println!("### prompt {}: {prompt}\n{text}\n", i + 1);
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "batch: {generated} tokens generated in {secs:.2} s ({:.1} tok/s over all prompts)",
+        generated as f64 / secs.max(1e-9)
+    );
+    Ok(())
+}
+
+/// A chat in the terminal: the conversation is kept; each answer streams, then its speed.
+fn run_chat(archs: &[ArchInfo], args: &CommonArgs) -> Result<()> {
+    let (scheduler, info) = start_scheduler(archs, args, 1, 1)?;
+    let mut messages: Vec<Message> = Vec::new();
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        eprint!("> ");
+        let _ = std::io::stderr().flush();
+        let Some(line) = lines.next() else { break };
+        let line = line.map_err(|e| LlmError::io("<stdin>", e))?;
+        if line.trim().is_empty() {
+            break;
+        }
+        messages.push(Message::user(line));
+        let ids = conversation_ids(
+            &info.tokenizer,
+            info.chat_template.as_ref(),
+            &messages,
+            !args.no_chat_template,
+            args.thinking,
+        )?;
+        let started = Instant::now();
+        let mut first: Option<Instant> = None;
+        let rx = submit(&scheduler, ids, args, &info.defaults)?;
+        let (text, _, prompt_tokens, tokens) = collect(&rx, &mut |piece| {
+            first.get_or_insert_with(Instant::now);
+            stdout_write(piece)
+        })?;
+        println!();
+        let secs = started.elapsed().as_secs_f64();
+        let ttft = first.map_or(secs, |f| (f - started).as_secs_f64());
+        eprintln!(
+            "[{prompt_tokens} prompt tokens, {} generated in {secs:.2} s: {:.1} tok/s, first text \
+             after {:.0} ms]",
+            tokens.len(),
+            tokens.len() as f64 / secs.max(1e-9),
+            ttft * 1e3
+        );
+        messages.push(Message {
+            role: "assistant".into(),
+            content: text,
+        });
+    }
+    Ok(())
+}

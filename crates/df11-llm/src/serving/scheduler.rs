@@ -1,0 +1,411 @@
+//! Continuous batching: one thread owns the model ([`Engine`]) and runs a loop: admit waiting
+//! requests into free sequence slots (prefilling each prompt), then one decode step for every
+//! running sequence at once, sample each row with its request's own sampler, stream the text,
+//! and free the slots of requests that finished or whose client went away. Requests join and
+//! leave between steps; a full queue is refused at once.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Instant;
+
+use candle_core::{DType, Tensor};
+use tokenizers::Tokenizer;
+
+use super::metrics::Metrics;
+use super::stop::StopText;
+use crate::app::Loaded;
+use crate::chat::ChatTemplate;
+use crate::engine::{Engine, SeqId};
+use crate::error::{LlmError, Result as LlmResult};
+use crate::sampling::{Sampler, SamplingParams};
+use crate::tokenizer::TextStream;
+
+/// Where a request's events go: a channel of the caller's choosing (the server's async one,
+/// the CLI's blocking one).
+pub trait EventSink: Send {
+    /// Sends an event; false when the receiver is gone.
+    fn send(&self, event: Event) -> bool;
+    /// Whether the receiver is gone (the request is then cancelled).
+    fn is_closed(&self) -> bool;
+}
+
+impl EventSink for std::sync::mpsc::Sender<Event> {
+    fn send(&self, event: Event) -> bool {
+        std::sync::mpsc::Sender::send(self, event).is_ok()
+    }
+
+    fn is_closed(&self) -> bool {
+        // A std channel tells only on send; a gone receiver is found at the next event.
+        false
+    }
+}
+
+/// Why a generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An EOS token or a stop sequence.
+    Stop,
+    /// `max_tokens`, or the context is full.
+    Length,
+}
+
+impl FinishReason {
+    /// OpenAI's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::Length => "length",
+        }
+    }
+}
+
+/// What a request hears from the scheduler.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// More text.
+    Text(String),
+    /// The end: why, and the token counts.
+    Done {
+        /// Why it ended.
+        reason: FinishReason,
+        /// Prompt tokens.
+        prompt_tokens: usize,
+        /// Generated tokens (an EOS token included).
+        completion_tokens: usize,
+        /// The generated ids (an EOS token included).
+        tokens: Vec<u32>,
+    },
+    /// The model failed on this request.
+    Failed(String),
+}
+
+/// A request for the scheduler.
+pub struct Request {
+    /// The prompt's token ids.
+    pub prompt: Vec<u32>,
+    /// Tokens to generate at most (`None`: until EOS or the context is full).
+    pub max_tokens: Option<usize>,
+    /// How tokens are chosen.
+    pub sampling: SamplingParams,
+    /// Stop sequences.
+    pub stop: Vec<String>,
+    /// Where the events go; dropping the receiver cancels the request.
+    pub events: Box<dyn EventSink>,
+    /// When the server received it (for the time to first token).
+    pub received: Instant,
+}
+
+/// What the HTTP side needs to know of the model.
+pub struct ModelInfo {
+    /// Architecture name.
+    pub arch: String,
+    /// The tokenizer.
+    pub tokenizer: Tokenizer,
+    /// The chat template, if the model has one.
+    pub chat_template: Option<ChatTemplate>,
+    /// Positions a sequence may reach.
+    pub max_context: usize,
+    /// Sequences run at once.
+    pub max_batch: usize,
+    /// EOS ids and sampling defaults of the model's configs.
+    pub defaults: crate::config::GenerationDefaults,
+}
+
+/// The HTTP side's handle on the scheduler.
+#[derive(Clone)]
+pub struct Scheduler {
+    queue: mpsc::SyncSender<Request>,
+    queued: Arc<AtomicUsize>,
+}
+
+/// Why a request was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubmitError {
+    /// The queue is full.
+    Full,
+    /// The scheduler has stopped.
+    Stopped,
+}
+
+impl Scheduler {
+    /// Starts the scheduler thread: it runs `load`, makes an engine of `max_batch` slots and
+    /// serves requests from a queue of `max_queue`. Returns when the model is loaded.
+    pub fn start(
+        load: Box<dyn FnOnce() -> LlmResult<Loaded> + Send>,
+        max_batch: usize,
+        max_queue: usize,
+        metrics: Arc<Metrics>,
+    ) -> LlmResult<(Self, ModelInfo)> {
+        let (queue, requests) = mpsc::sync_channel::<Request>(max_queue.max(1));
+        let (ready, loaded) = mpsc::channel::<LlmResult<ModelInfo>>();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let queued_loop = queued.clone();
+        std::thread::Builder::new()
+            .name("df11-scheduler".into())
+            .spawn(move || {
+                let setup = (|| -> LlmResult<(Engine, Tokenizer, Vec<u32>)> {
+                    let mut loaded = load()?;
+                    let engine = Engine::new(loaded.model, max_batch)?;
+                    let info = ModelInfo {
+                        arch: loaded.config.describe(),
+                        tokenizer: loaded.tokenizer.clone(),
+                        chat_template: loaded.chat_template.take(),
+                        max_context: engine.max_context(),
+                        max_batch,
+                        defaults: loaded.defaults.clone(),
+                    };
+                    let eos = loaded.defaults.eos_token_ids.clone();
+                    let _ = ready.send(Ok(info));
+                    Ok((engine, loaded.tokenizer, eos))
+                })();
+                match setup {
+                    Ok((engine, tokenizer, eos)) => {
+                        run(engine, &tokenizer, &eos, requests, &queued_loop, &metrics)
+                    }
+                    Err(e) => {
+                        let _ = ready.send(Err(e));
+                    }
+                }
+            })
+            .map_err(|e| LlmError::Usage(format!("scheduler thread: {e}")))?;
+        let info = loaded.recv().map_err(|_| {
+            LlmError::Usage("the scheduler stopped while loading the model".into())
+        })??;
+        Ok((Self { queue, queued }, info))
+    }
+
+    /// Queues a request, or refuses it at once when the queue is full.
+    pub fn submit(&self, request: Request) -> Result<(), SubmitError> {
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        match self.queue.try_send(request) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.queued.fetch_sub(1, Ordering::SeqCst);
+                Err(match e {
+                    mpsc::TrySendError::Full(_) => SubmitError::Full,
+                    mpsc::TrySendError::Disconnected(_) => SubmitError::Stopped,
+                })
+            }
+        }
+    }
+
+    /// Requests waiting for a slot.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::SeqCst)
+    }
+}
+
+/// A running request.
+struct Active<'t> {
+    seq: SeqId,
+    request: Request,
+    sampler: Sampler,
+    /// The prompt and every token generated (but an EOS).
+    tokens: Vec<u32>,
+    /// Every token generated (an EOS included).
+    generated: Vec<u32>,
+    /// The token to feed at the next step.
+    next: u32,
+    text: TextStream<'t>,
+    stop: StopText,
+    /// An event could not be delivered: the caller went away.
+    cancelled: bool,
+}
+
+/// The loop.
+fn run(
+    mut engine: Engine,
+    tokenizer: &Tokenizer,
+    eos: &[u32],
+    requests: mpsc::Receiver<Request>,
+    queued: &AtomicUsize,
+    metrics: &Metrics,
+) {
+    let mut active: Vec<Active<'_>> = Vec::new();
+    loop {
+        // Admit: block for work when idle, else take what is waiting, up to the free slots.
+        while active.len() < engine.max_batch() {
+            let request = if active.is_empty() {
+                match requests.recv() {
+                    Ok(r) => r,
+                    Err(_) => return,
+                }
+            } else {
+                match requests.try_recv() {
+                    Ok(r) => r,
+                    Err(_) => break,
+                }
+            };
+            queued.fetch_sub(1, Ordering::SeqCst);
+            if request.events.is_closed() {
+                metrics.cancelled();
+                continue;
+            }
+            if let Some(a) = admit(&mut engine, tokenizer, eos, request, metrics) {
+                active.push(a);
+            }
+        }
+        metrics.set_queue(queued.load(Ordering::SeqCst));
+        // Clients that went away free their slots.
+        active.retain(|a| {
+            let gone = a.cancelled || a.request.events.is_closed();
+            if gone {
+                engine.remove(a.seq);
+                metrics.cancelled();
+            }
+            !gone
+        });
+        if active.is_empty() {
+            continue;
+        }
+        let batch: Vec<(SeqId, u32)> = active.iter().map(|a| (a.seq, a.next)).collect();
+        metrics.set_batch(batch.len());
+        let started = Instant::now();
+        let logits = engine
+            .step(&batch)
+            .and_then(|l| Ok(l.to_dtype(DType::F32)?));
+        let logits = match logits {
+            Ok(l) => l,
+            Err(e) => {
+                for a in active.drain(..) {
+                    engine.remove(a.seq);
+                    a.request.events.send(Event::Failed(e.to_string()));
+                    metrics.failed();
+                }
+                continue;
+            }
+        };
+        let mut finished = Vec::new();
+        for (i, a) in active.iter_mut().enumerate() {
+            let outcome = logits
+                .get(i)
+                .map_err(LlmError::from)
+                .and_then(|row| advance(a, &row, eos, engine.max_context(), engine.len(a.seq)));
+            match outcome {
+                Ok(None) => {}
+                Ok(Some(reason)) => finished.push((i, Ok(reason))),
+                Err(e) => finished.push((i, Err(e.to_string()))),
+            }
+        }
+        metrics.step(batch.len(), started.elapsed());
+        for (i, outcome) in finished.into_iter().rev() {
+            let a = active.swap_remove(i);
+            engine.remove(a.seq);
+            finish(a, outcome, metrics);
+        }
+    }
+}
+
+/// Prefills a request and samples its first token; `None` when it ended (or failed) already.
+fn admit<'t>(
+    engine: &mut Engine,
+    tokenizer: &'t Tokenizer,
+    eos: &[u32],
+    request: Request,
+    metrics: &Metrics,
+) -> Option<Active<'t>> {
+    let added = engine.add(&request.prompt);
+    let (seq, logits) = match added {
+        Ok(x) => x,
+        Err(e) => {
+            request.events.send(Event::Failed(e.to_string()));
+            metrics.failed();
+            return None;
+        }
+    };
+    metrics.prompt(request.prompt.len(), request.received.elapsed());
+    let mut a = Active {
+        seq,
+        sampler: Sampler::new(&request.sampling),
+        tokens: request.prompt.clone(),
+        generated: Vec::new(),
+        next: 0,
+        text: TextStream::new(tokenizer),
+        stop: StopText::new(request.stop.clone()),
+        cancelled: false,
+        request,
+    };
+    let outcome = logits
+        .to_dtype(DType::F32)
+        .map_err(LlmError::from)
+        .and_then(|l| advance(&mut a, &l, eos, engine.max_context(), engine.len(seq)));
+    match outcome {
+        Ok(None) => Some(a),
+        Ok(Some(reason)) => {
+            engine.remove(seq);
+            finish(a, Ok(reason), metrics);
+            None
+        }
+        Err(e) => {
+            engine.remove(seq);
+            finish(a, Err(e.to_string()), metrics);
+            None
+        }
+    }
+}
+
+/// Samples a request's next token from `logits` (`[vocab]` f32) and streams its text. Returns
+/// why it ended, if it did. `len` is the positions its sequence holds.
+fn advance(
+    a: &mut Active<'_>,
+    logits: &Tensor,
+    eos: &[u32],
+    max_context: usize,
+    len: Option<usize>,
+) -> LlmResult<Option<FinishReason>> {
+    let token = a.sampler.next(logits, &a.tokens)?;
+    a.generated.push(token);
+    if eos.contains(&token) {
+        return Ok(Some(FinishReason::Stop));
+    }
+    a.tokens.push(token);
+    a.next = token;
+    if let Some(piece) = a.text.push(token)? {
+        let (out, stopped) = a.stop.push(&piece);
+        if !out.is_empty() {
+            a.cancelled |= !a.request.events.send(Event::Text(out));
+        }
+        if stopped {
+            return Ok(Some(FinishReason::Stop));
+        }
+    }
+    // The next step feeds `token` at position `len`: it must fit the context.
+    let full = len.is_some_and(|l| l >= max_context);
+    if a.request.max_tokens.is_some_and(|m| a.generated.len() >= m) || full {
+        return Ok(Some(FinishReason::Length));
+    }
+    Ok(None)
+}
+
+/// Flushes the text held back and sends the end.
+fn finish(mut a: Active<'_>, outcome: Result<FinishReason, String>, metrics: &Metrics) {
+    let events = &a.request.events;
+    match outcome {
+        Ok(reason) => {
+            // The tokenizer's pending bytes, then what the stop check held back.
+            let mut rest = String::new();
+            let mut stopped = a.stop.stopped();
+            if let Ok(Some(piece)) = a.text.finish() {
+                let (out, s) = a.stop.push(&piece);
+                rest.push_str(&out);
+                stopped |= s;
+            }
+            rest.push_str(&a.stop.flush());
+            if !rest.is_empty() {
+                events.send(Event::Text(rest));
+            }
+            let reason = if stopped { FinishReason::Stop } else { reason };
+            metrics.done(a.generated.len());
+            events.send(Event::Done {
+                reason,
+                prompt_tokens: a.request.prompt.len(),
+                completion_tokens: a.generated.len(),
+                tokens: std::mem::take(&mut a.generated),
+            });
+        }
+        Err(e) => {
+            metrics.failed();
+            events.send(Event::Failed(e));
+        }
+    }
+}
