@@ -15,7 +15,11 @@ while read -r name crate; do
   [ -n "$name" ] || continue
   short=${name%-*}
   tlog=$LOG/.test_$short.log
-  if (cd "$crate" && CARGO_MANIFEST_DIR=$PWD DF11_BIN_DIR=$BIN "$BIN/$name" --test-threads=1) > "$tlog" 2>&1; then
+  # The openai-client server test is a CPU test that needs the `openai` Python package, which
+  # the GPU machine lacks: CI runs it; here the rest of that binary runs.
+  skip=()
+  [ "$short" = serve ] && skip=(--skip the_openai_client)
+  if (cd "$crate" && CARGO_MANIFEST_DIR=$PWD DF11_BIN_DIR=$BIN "$BIN/$name" --test-threads=1 "${skip[@]}") > "$tlog" 2>&1; then
     res=$(grep -E "^test result" "$tlog" | tail -1)
     summary+=("PASS $short: $res")
   else

@@ -3,6 +3,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+/// Upper bounds (seconds) of the time-to-first-token histogram's buckets.
+const TTFT_BUCKETS: [f64; 12] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
 /// Counters and gauges, updated by the HTTP side and the scheduler.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -17,6 +22,8 @@ pub struct Metrics {
     batch_size: AtomicU64,
     ttft_micros_sum: AtomicU64,
     ttft_count: AtomicU64,
+    /// Requests whose first token came within each bucket's bound (not cumulative).
+    ttft_buckets: [AtomicU64; TTFT_BUCKETS.len()],
     step_micros_sum: AtomicU64,
     step_rows_sum: AtomicU64,
     /// Generated tokens per second of the last decode step, times 1000.
@@ -54,6 +61,10 @@ impl Metrics {
         add(&self.prompt_tokens, tokens as u64);
         add(&self.ttft_micros_sum, ttft.as_micros() as u64);
         add(&self.ttft_count, 1);
+        let secs = ttft.as_secs_f64();
+        if let Some(b) = TTFT_BUCKETS.iter().position(|&le| secs <= le) {
+            add(&self.ttft_buckets[b], 1);
+        }
     }
 
     /// A request ended normally with `generated` tokens.
@@ -84,96 +95,111 @@ impl Metrics {
     /// The Prometheus text.
     pub fn render(&self, queue_depth: usize) -> String {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let seconds = |c: &AtomicU64| format!("{:.6}", get(c) as f64 / 1e6);
+        let rows: [(&str, &str, &str, String); 13] = [
+            (
+                "df11_requests_total",
+                "counter",
+                "Requests to the generation endpoints.",
+                get(&self.requests).to_string(),
+            ),
+            (
+                "df11_requests_rejected_total",
+                "counter",
+                "Requests answered with a 4xx before the model.",
+                get(&self.rejected).to_string(),
+            ),
+            (
+                "df11_requests_failed_total",
+                "counter",
+                "Requests the model failed on.",
+                get(&self.failed).to_string(),
+            ),
+            (
+                "df11_requests_cancelled_total",
+                "counter",
+                "Requests whose client went away.",
+                get(&self.cancelled).to_string(),
+            ),
+            (
+                "df11_requests_completed_total",
+                "counter",
+                "Requests that ended normally.",
+                get(&self.completed).to_string(),
+            ),
+            (
+                "df11_prompt_tokens_total",
+                "counter",
+                "Prompt tokens prefilled.",
+                get(&self.prompt_tokens).to_string(),
+            ),
+            (
+                "df11_generated_tokens_total",
+                "counter",
+                "Tokens generated.",
+                get(&self.generated_tokens).to_string(),
+            ),
+            (
+                "df11_queue_depth",
+                "gauge",
+                "Requests waiting for a sequence slot.",
+                queue_depth.to_string(),
+            ),
+            (
+                "df11_batch_size",
+                "gauge",
+                "Sequences in the last decode step.",
+                get(&self.batch_size).to_string(),
+            ),
+            (
+                "df11_decode_step_seconds_sum",
+                "counter",
+                "Time spent in decode steps.",
+                seconds(&self.step_micros_sum),
+            ),
+            (
+                "df11_decode_step_rows_total",
+                "counter",
+                "Rows decoded (one token each).",
+                get(&self.step_rows_sum).to_string(),
+            ),
+            (
+                "df11_decode_tokens_per_second",
+                "gauge",
+                "Tokens per second of the last decode step.",
+                format!("{:.3}", get(&self.step_rate_milli) as f64 / 1e3),
+            ),
+            (
+                "df11_time_to_first_token_seconds_mean",
+                "gauge",
+                "Mean time from a request's arrival to its first token.",
+                format!(
+                    "{:.6}",
+                    get(&self.ttft_micros_sum) as f64 / 1e6 / get(&self.ttft_count).max(1) as f64
+                ),
+            ),
+        ];
         let mut out = String::new();
-        let mut metric = |name: &str, kind: &str, help: &str, value: String| {
+        for (name, kind, help, value) in rows {
             out.push_str(&format!(
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
             ));
-        };
-        metric(
-            "df11_requests_total",
-            "counter",
-            "Requests to the generation endpoints.",
-            get(&self.requests).to_string(),
-        );
-        metric(
-            "df11_requests_rejected_total",
-            "counter",
-            "Requests answered with a 4xx before the model.",
-            get(&self.rejected).to_string(),
-        );
-        metric(
-            "df11_requests_failed_total",
-            "counter",
-            "Requests the model failed on.",
-            get(&self.failed).to_string(),
-        );
-        metric(
-            "df11_requests_cancelled_total",
-            "counter",
-            "Requests whose client went away.",
-            get(&self.cancelled).to_string(),
-        );
-        metric(
-            "df11_requests_completed_total",
-            "counter",
-            "Requests that ended normally.",
-            get(&self.completed).to_string(),
-        );
-        metric(
-            "df11_prompt_tokens_total",
-            "counter",
-            "Prompt tokens prefilled.",
-            get(&self.prompt_tokens).to_string(),
-        );
-        metric(
-            "df11_generated_tokens_total",
-            "counter",
-            "Tokens generated.",
-            get(&self.generated_tokens).to_string(),
-        );
-        metric(
-            "df11_queue_depth",
-            "gauge",
-            "Requests waiting for a sequence slot.",
-            queue_depth.to_string(),
-        );
-        metric(
-            "df11_batch_size",
-            "gauge",
-            "Sequences in the last decode step.",
-            get(&self.batch_size).to_string(),
-        );
-        metric(
-            "df11_time_to_first_token_seconds_sum",
-            "counter",
-            "Sum of the times from request to first token.",
-            format!("{:.6}", get(&self.ttft_micros_sum) as f64 / 1e6),
-        );
-        metric(
-            "df11_time_to_first_token_seconds_count",
-            "counter",
-            "Requests with a first token.",
-            get(&self.ttft_count).to_string(),
-        );
-        metric(
-            "df11_decode_step_seconds_sum",
-            "counter",
-            "Time spent in decode steps.",
-            format!("{:.6}", get(&self.step_micros_sum) as f64 / 1e6),
-        );
-        metric(
-            "df11_decode_step_rows_total",
-            "counter",
-            "Rows decoded (one token each).",
-            get(&self.step_rows_sum).to_string(),
-        );
-        metric(
-            "df11_decode_tokens_per_second",
-            "gauge",
-            "Tokens per second of the last decode step.",
-            format!("{:.3}", get(&self.step_rate_milli) as f64 / 1e3),
-        );
+        }
+        // A Prometheus histogram: cumulative buckets, then the sum and the count.
+        let name = "df11_time_to_first_token_seconds";
+        out.push_str(&format!(
+            "# HELP {name} From a request's arrival to its first token.\n# TYPE {name} histogram\n"
+        ));
+        let mut cumulative = 0;
+        for (le, b) in TTFT_BUCKETS.iter().zip(&self.ttft_buckets) {
+            cumulative += get(b);
+            out.push_str(&format!("{name}_bucket{{le=\"{le}\"}} {cumulative}\n"));
+        }
+        let count = get(&self.ttft_count);
+        out.push_str(&format!(
+            "{name}_bucket{{le=\"+Inf\"}} {count}\n{name}_sum {}\n{name}_count {count}\n",
+            seconds(&self.ttft_micros_sum)
+        ));
         out
     }
 }
@@ -196,6 +222,9 @@ mod tests {
             "df11_generated_tokens_total 3",
             "df11_queue_depth 4",
             "df11_time_to_first_token_seconds_sum 0.020000",
+            "df11_time_to_first_token_seconds_bucket{le=\"0.01\"} 0",
+            "df11_time_to_first_token_seconds_bucket{le=\"0.025\"} 1",
+            "df11_time_to_first_token_seconds_bucket{le=\"+Inf\"} 1",
             "df11_decode_tokens_per_second 200.000",
             "# TYPE df11_batch_size gauge",
         ] {
