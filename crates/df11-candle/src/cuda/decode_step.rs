@@ -228,7 +228,8 @@ pub fn qk_norm_rope_kv(
 }
 
 /// How many splits of the sequence [`flash_decode`] uses for `rows` rows of `kv_heads` heads over
-/// a cache of `cap` positions: enough CTAs to fill the device about twice, at least 64 positions
+/// a cache of `cap` positions: about 8 CTAs per SM (each CTA has 4 warps; fewer leave too few
+/// loads in flight to reach the memory's bandwidth at long contexts), at least 64 positions
 /// a split. Fixed by the capacity (not the current length), so a captured graph fits every step.
 pub fn flash_decode_splits(
     dev: &CudaDevice,
@@ -244,7 +245,7 @@ pub fn flash_decode_splits(
         .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         .w()? as usize;
     let ctas = (rows * kv_heads * groups).max(1);
-    Ok((2 * sms).div_ceil(ctas).clamp(1, cap.div_ceil(64).max(1)))
+    Ok((8 * sms).div_ceil(ctas).clamp(1, cap.div_ceil(64).max(1)))
 }
 
 /// Attention of one query per row over its cached keys and values, in place (flash-decoding):

@@ -95,49 +95,31 @@ impl Metrics {
     /// The Prometheus text.
     pub fn render(&self, queue_depth: usize) -> String {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let seconds = |c: &AtomicU64| format!("{:.6}", get(c) as f64 / 1e6);
-        let rows: [(&str, &str, &str, String); 13] = [
+        let counters = [
+            &self.requests,
+            &self.rejected,
+            &self.failed,
+            &self.cancelled,
+            &self.completed,
+            &self.prompt_tokens,
+            &self.generated_tokens,
+            &self.step_rows_sum,
+        ];
+        let mut rows: Vec<(&str, &str, &str, String)> = COUNTERS
+            .iter()
+            .zip(counters)
+            .map(|((name, help), c)| (*name, "counter", *help, get(c).to_string()))
+            .collect();
+        let step_s = get(&self.step_micros_sum) as f64 / 1e6;
+        let rate = get(&self.step_rate_milli) as f64 / 1e3;
+        let ttft_mean =
+            get(&self.ttft_micros_sum) as f64 / 1e6 / get(&self.ttft_count).max(1) as f64;
+        rows.extend([
             (
-                "df11_requests_total",
+                "df11_decode_step_seconds_sum",
                 "counter",
-                "Requests to the generation endpoints.",
-                get(&self.requests).to_string(),
-            ),
-            (
-                "df11_requests_rejected_total",
-                "counter",
-                "Requests answered with a 4xx before the model.",
-                get(&self.rejected).to_string(),
-            ),
-            (
-                "df11_requests_failed_total",
-                "counter",
-                "Requests the model failed on.",
-                get(&self.failed).to_string(),
-            ),
-            (
-                "df11_requests_cancelled_total",
-                "counter",
-                "Requests whose client went away.",
-                get(&self.cancelled).to_string(),
-            ),
-            (
-                "df11_requests_completed_total",
-                "counter",
-                "Requests that ended normally.",
-                get(&self.completed).to_string(),
-            ),
-            (
-                "df11_prompt_tokens_total",
-                "counter",
-                "Prompt tokens prefilled.",
-                get(&self.prompt_tokens).to_string(),
-            ),
-            (
-                "df11_generated_tokens_total",
-                "counter",
-                "Tokens generated.",
-                get(&self.generated_tokens).to_string(),
+                "Time spent in decode steps.",
+                format!("{step_s:.6}"),
             ),
             (
                 "df11_queue_depth",
@@ -152,33 +134,18 @@ impl Metrics {
                 get(&self.batch_size).to_string(),
             ),
             (
-                "df11_decode_step_seconds_sum",
-                "counter",
-                "Time spent in decode steps.",
-                seconds(&self.step_micros_sum),
-            ),
-            (
-                "df11_decode_step_rows_total",
-                "counter",
-                "Rows decoded (one token each).",
-                get(&self.step_rows_sum).to_string(),
-            ),
-            (
                 "df11_decode_tokens_per_second",
                 "gauge",
                 "Tokens per second of the last decode step.",
-                format!("{:.3}", get(&self.step_rate_milli) as f64 / 1e3),
+                format!("{rate:.3}"),
             ),
             (
                 "df11_time_to_first_token_seconds_mean",
                 "gauge",
-                "Mean time from a request's arrival to its first token.",
-                format!(
-                    "{:.6}",
-                    get(&self.ttft_micros_sum) as f64 / 1e6 / get(&self.ttft_count).max(1) as f64
-                ),
+                "Mean time to the first token.",
+                format!("{ttft_mean:.6}"),
             ),
-        ];
+        ]);
         let mut out = String::new();
         for (name, kind, help, value) in rows {
             out.push_str(&format!(
@@ -196,13 +163,43 @@ impl Metrics {
             out.push_str(&format!("{name}_bucket{{le=\"{le}\"}} {cumulative}\n"));
         }
         let count = get(&self.ttft_count);
+        let sum = get(&self.ttft_micros_sum) as f64 / 1e6;
         out.push_str(&format!(
-            "{name}_bucket{{le=\"+Inf\"}} {count}\n{name}_sum {}\n{name}_count {count}\n",
-            seconds(&self.ttft_micros_sum)
+            "{name}_bucket{{le=\"+Inf\"}} {count}\n{name}_sum {sum:.6}\n{name}_count {count}\n"
         ));
         out
     }
 }
+
+/// The counters' names and help, in the order `render` lists their values.
+const COUNTERS: [(&str, &str); 8] = [
+    (
+        "df11_requests_total",
+        "Requests to the generation endpoints.",
+    ),
+    (
+        "df11_requests_rejected_total",
+        "Requests answered with a 4xx before the model.",
+    ),
+    (
+        "df11_requests_failed_total",
+        "Requests the model failed on.",
+    ),
+    (
+        "df11_requests_cancelled_total",
+        "Requests whose client went away.",
+    ),
+    (
+        "df11_requests_completed_total",
+        "Requests that ended normally.",
+    ),
+    ("df11_prompt_tokens_total", "Prompt tokens prefilled."),
+    ("df11_generated_tokens_total", "Tokens generated."),
+    (
+        "df11_decode_step_rows_total",
+        "Rows decoded (one token each).",
+    ),
+];
 
 #[cfg(test)]
 mod tests {
