@@ -21,8 +21,9 @@
 //     positions[b] + 1 and lo = len - window (sliding window) or 0. Scores as transformers' eager
 //     attention: s = bf16(bf16(q.k) * scale), optionally cap*tanh(s/cap), softmax and the weighted sum of
 //     values in f32 (online, per split), partial results to a scratch buffer in a fixed order.
-// flash_combine_bf16: merges the splits of each (row, head) in split order: out = sum_s e^(m_s-M) acc_s /
-//     sum_s e^(m_s-M) l_s, rounded once to BF16, written as [B, H*D] (heads merged).
+// flash_combine_bf16: merges the splits of each (row, head) in a fixed order: out = sum_s e^(m_s-M) acc_s /
+//     sum_s e^(m_s-M) l_s, rounded once to BF16, written as [B, H*D] (heads merged); 8 warps share the
+//     splits of 32 features.
 // add_rms_norm_bf16: r = bf16(r + h) in place, then y = rms_norm(r) with the arithmetic of rms_norm_bf16
 //     (llm_ops.cu): the residual add and the next norm in one launch.
 
@@ -281,22 +282,43 @@ FLASH_DECODE(2, 2)
 FLASH_DECODE(2, 4)
 FLASH_DECODE(2, 8)
 
-// flash_combine_bf16. Grid B*H; block FD_THREADS; out [B, H*D] BF16.
-extern "C" __global__ void __launch_bounds__(FD_THREADS)
+// flash_combine_bf16. Grid (B*H, ceil(D/32)); block COMBINE_THREADS (8 warps); out [B, H*D] BF16.
+// Lane l of each warp owns feature 32*blockIdx.y + l; warp w merges splits w, w+8, ...; the 8 warps'
+// sums are then added in warp order. Every CTA finds the same maximum M first. Fixed order throughout:
+// the same inputs give the same bits.
+#define COMBINE_THREADS 256
+extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
 flash_combine_bf16(const float* __restrict__ partial_o, const float* __restrict__ partial_ml, int splits,
                    int D, __nv_bfloat16* __restrict__ out) {
+    constexpr int WARPS = COMBINE_THREADS / 32;
+    __shared__ float sm_l[WARPS], sm_a[WARPS][32];
     const size_t bh = blockIdx.x;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int d = blockIdx.y * 32 + lane;
     const float* ml = partial_ml + bh * splits * 2;
     float mm = -INFINITY;
-    for (int s = 0; s < splits; ++s) mm = fmaxf(mm, ml[2 * s]);
-    for (int d = threadIdx.x; d < D; d += FD_THREADS) {
-        float ll = 0.0f, aa = 0.0f;
-        for (int s = 0; s < splits; ++s) {
-            const float f = mm == -INFINITY ? 0.0f : expf(ml[2 * s] - mm);
+    for (int s = lane; s < splits; s += 32) mm = fmaxf(mm, ml[2 * s]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mm = fmaxf(mm, __shfl_xor_sync(0xffffffffu, mm, off));
+    float ll = 0.0f, aa = 0.0f;
+    if (mm != -INFINITY) {
+        for (int s = warp; s < splits; s += WARPS) {
+            const float f = expf(ml[2 * s] - mm);
             ll = fmaf(ml[2 * s + 1], f, ll);
-            aa = fmaf(partial_o[(bh * splits + s) * D + d], f, aa);
+            if (d < D) aa = fmaf(partial_o[(bh * splits + s) * D + d], f, aa);
         }
-        out[bh * D + d] = __float2bfloat16_rn(ll > 0.0f ? aa / ll : 0.0f);
+    }
+    sm_a[warp][lane] = aa;
+    if (lane == 0) sm_l[warp] = ll;
+    __syncthreads();
+    if (warp == 0 && d < D) {
+        float l = 0.0f, a = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            l += sm_l[w];
+            a += sm_a[w][lane];
+        }
+        out[bh * D + d] = __float2bfloat16_rn(l > 0.0f ? a / l : 0.0f);
     }
 }
 

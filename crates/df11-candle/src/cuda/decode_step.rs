@@ -329,9 +329,10 @@ pub fn flash_decode(
     // SAFETY: shapes checked above; positions and slots are clamped by the kernel.
     unsafe { builder.launch(cfg) }.w()?;
     let func = dev.get_or_load_custom_func("flash_combine_bf16", MODULE, PTX)?;
+    // (row, head) x 32-feature slices; 8 warps share the splits (COMBINE_THREADS).
     let cfg = LaunchConfig {
-        grid_dim: ((rows * heads) as u32, 1, 1),
-        block_dim: (FD_THREADS as u32, 1, 1),
+        grid_dim: ((rows * heads) as u32, d.div_ceil(32) as u32, 1),
+        block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
     let splits_ = splits as i32;
