@@ -211,13 +211,14 @@ for rec in "${records[@]}"; do
     pid=$!
     url=""
     for _ in $(seq 1 120); do
-      url=$(grep -o 'listening on http://[^ ]*' "$log.err" | head -1 | sed 's/listening on //')
+      url=$(grep -o 'listening on http://[^ ]*' "$log.err" | head -1 | sed 's/listening on //' || true)
       [ -n "$url" ] || ! kill -0 "$pid" 2>/dev/null && break
       sleep 0.5
     done
     health=""
-    [ -n "$url" ] && health=$(curl -s --max-time 10 "$url/health" || true)
-    kill -- "-$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
+    if [ -n "$url" ]; then health=$(curl -s --max-time 10 "$url/health" || true); fi
+    kill -- "-$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
     if [[ $health == *'"ok"'* ]]; then
       ran=$((ran + 1))
       echo "$label: OK (served $url, /health answered; build ${build_s} s)"
