@@ -26,7 +26,7 @@
 // loaded before its decode.
 //
 // PACKED EXPONENTS (df11_packed.cuh; the default device form where it fits): the same GEMV with each lane's
-// exponents read from fixed 3-bit codes instead of decoded from the Huffman stream (fp_item below).
+// exponents read from fixed 3-bit codes instead of decoded from the Huffman stream (fp_item, df11_packed.cuh).
 //
 // MEASURED (H100, Qwen3-8B layer, batch 1; docs/PERFORMANCE.md): Huffman 0.258 ms, packed 0.194 ms for the 7
 // matrices vs 0.174 ms for cuBLAS BF16 and 0.184 ms for the twin. Huffman limit (ncu): ~25 instructions per weight,
@@ -120,14 +120,6 @@ __device__ __forceinline__ void fg_decode_segment(const uint32_t* words, uint32_
     }
 }
 
-// 4 (sign_mantissa, exponent) byte pairs -> 4 BF16 (two u32 words, little-endian u16 lanes).
-__device__ __forceinline__ void fg_fuse4(uint32_t s, uint32_t e, uint32_t& lo, uint32_t& hi) {
-    uint32_t H = (s & 0x80808080u) | ((e >> 1) & 0x7f7f7f7fu);
-    uint32_t L = (s & 0x7f7f7f7fu) | ((e << 7) & 0x80808080u);
-    lo = __byte_perm(L, H, 0x5140);
-    hi = __byte_perm(L, H, 0x7362);
-}
-
 __device__ __forceinline__ float fg_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float fg_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 
@@ -201,22 +193,13 @@ __device__ __forceinline__ FgShared fg_setup(uint8_t* smem, const uint32_t* tabl
 
 // PACKED mode: the member's code table (t0: codes 0-3, t1: codes 4-7) expanded to 4096 entries, one per four codes
 // (12 bits), each four exponent bytes; then the partial sums.
-struct FgPacked {
-    const uint32_t* codes;
-    const uint32_t* chunk_escapes;
-    const uint8_t* lane_starts;
-    uint32_t n_chunks;
-    const uint8_t* escapes;
-    uint32_t n_escapes;
-    uint32_t t0, t1;
-};
 
 __device__ __forceinline__ FgShared fg_setup_packed(uint8_t* smem, const FgPacked& pk) {
     FgShared s;
     s.tab = reinterpret_cast<uint32_t*>(smem);
     s.luts = nullptr, s.stage = nullptr, s.exps = nullptr;
     s.partial = reinterpret_cast<float*>(smem + 16384);
-    for (uint32_t i = threadIdx.x; i < 4096; i += FG_THREADS) s.tab[i] = __byte_perm(pk.t0, pk.t1, fp_spread(i));
+    fp_fill_table(s.tab, pk, FG_THREADS);
     __syncthreads();
     return s;
 }
@@ -296,83 +279,6 @@ __device__ __forceinline__ void fg_decode_chunk(const FgShared& s, const FgChunk
     __syncwarp();
 }
 
-// What a PACKED item needs first, loaded one item ahead (software pipeline): the lane's codes for its 8 passes and
-// its escape starts in the item's chunk and the next (df11_packed.cuh). Lanes past the item get empty codes.
-struct FpPre {
-    uint32_t v[8];
-    uint32_t a, b;
-};
-
-__device__ __forceinline__ FpPre fp_prefetch(const FgPacked& pk, uint32_t j0, int W) {
-    const uint32_t lane = threadIdx.x & 31;
-    const uint32_t qb = (j0 >> 3) + lane;
-    const uint32_t* cw = pk.codes + ((3u * qb) >> 2);
-    const uint32_t sh = ((qb & 3u) * 24u) & 31u;
-    FpPre p;
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-        p.v[i] = (int)(8 * lane) + 256 * i < W
-                     ? __funnelshift_r(__ldg(cw + 24 * i), __ldg(cw + 24 * i + 1), sh) & 0xffffffu
-                     : 0u;
-    const uint32_t chunk = qb >> 8, L = qb & 31u;
-    p.a = W > 0 ? fp_lane_start(pk.chunk_escapes, pk.lane_starts, pk.n_chunks, chunk, L) : 0u;
-    p.b = W > 0 && (j0 & 2047u) + (uint32_t)W > 2048u
-              ? fp_lane_start(pk.chunk_escapes, pk.lane_starts, pk.n_chunks, chunk + 1, L)
-              : 0u;
-    return p;
-}
-
-// The x·w products of one item for PACKED exponents, in the order of the summation contract (lane l: columns
-// 8l + 256i, i = 0, 1, ...). With the codes already loaded (p), the lane counts its escapes and fetches its first 8
-// at once (one memory latency per item), then per pass: table lookups, escape patches, BF16 rebuild, FMAs. No lane
-// talks to another. ALIGNED: the item is a whole 2048-element chunk of the unit (j0 % 2048 == 0, W == 2048: the
-// common case), so lane l is the chunk's lane l and pass i its pass i. Otherwise a lane's passes may start
-// mid-chunk (its escapes in earlier passes of that chunk are counted from their codes) and run into the next chunk.
-template <int MAXB, bool ALIGNED, typename XT>
-__device__ __forceinline__ void fp_item(const FgShared& s, const FgPacked& pk, const uint8_t* sign_mantissa,
-                                        const XT* x, int nb, int cols, uint32_t j0, int c0, int W, const FpPre& p,
-                                        float* acc) {
-    const uint32_t lane = threadIdx.x & 31;
-    const uint32_t qb = (j0 >> 3) + lane;
-    const uint2* smp = reinterpret_cast<const uint2*>(sign_mantissa + j0 + 8 * lane);
-    uint2 sm[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-        sm[i] = ALIGNED || (int)(8 * lane) + 256 * i < W ? __ldg(smp + 32 * i) : make_uint2(0u, 0u);
-    FpLane r;
-    r.a = p.a;
-    r.b = p.b;
-    if (!ALIGNED) {
-        // Escapes of this lane in the earlier passes of its chunk (they belong to the previous item).
-        for (uint32_t k = 1; k <= ((qb >> 5) & 7u); ++k) r.a += __popc(fp_escape_mask(fp_codes8(pk.codes, qb - 32 * k)));
-    }
-    uint32_t na = 0, nb_ = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const uint32_t n = __popc(fp_escape_mask(p.v[i]));
-        if (ALIGNED || ((qb + 32u * i) >> 8) == (qb >> 8)) na += n;
-        else nb_ += n;
-    }
-    r.na = na;
-    const uint32_t total = na + nb_;
-    if (ALIGNED) fp_fetch_run(r, pk.escapes, pk.n_escapes);
-    else fp_fetch(r, total, pk.escapes, pk.n_escapes);
-    unsigned long long held = r.held;
-    const XT* xl = x + c0 + 8 * lane;
-    uint32_t t = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        if (!ALIGNED && (int)(8 * lane) + 256 * i >= W) break;   // this lane is past the item
-        uint32_t lo = s.tab[p.v[i] & 0xfffu], hi = s.tab[p.v[i] >> 12];
-        if (total <= 8u) fp_apply_held(p.v[i], held, lo, hi);
-        else fp_apply(r, t, p.v[i], pk.escapes, pk.n_escapes, lo, hi);
-        uint32_t w[4];
-        fg_fuse4(sm[i].x, lo, w[0], w[1]);
-        fg_fuse4(sm[i].y, hi, w[2], w[3]);
-        fg_accumulate8<MAXB>(w, xl + 256 * i, cols, nb, acc);
-    }
-}
-
 // ---- Fused GEMV: y[b, r] = sum_c x[b, c] * W[r, c], W = member at unit element `base`. SRC says where W comes
 // from: FG_HUFF (Huffman stream + segment index), FG_PACKED (packed exponents) or FG_DENSE (BF16 weights: the twin).
 // A warp takes items warp, warp + 8, ... of each tile its CTA handles. For the Huffman source the next item's index
@@ -403,7 +309,7 @@ __device__ __forceinline__ void fg_gemv(const uint32_t* table, const uint8_t* lu
     if (PACKED) {
         long long j0, W;
         locate(blockIdx.x, warp, j0, W);
-        pcur = fp_prefetch(pk, (uint32_t)j0, (int)W);
+        pcur = fp_prefetch(pk, (uint32_t)j0, (int)W, lane);
     }
     if (HUFF) {
         long long j0, W;
@@ -432,7 +338,7 @@ __device__ __forceinline__ void fg_gemv(const uint32_t* table, const uint8_t* lu
                 if (HUFF && nW > 0) nxt = fg_chunk_index(nj0, nW, seg_base, seg_delta);
             }
             FpPre pnxt = {};
-            if (PACKED) pnxt = fp_prefetch(pk, (uint32_t)nj0, (int)nW);
+            if (PACKED) pnxt = fp_prefetch(pk, (uint32_t)nj0, (int)nW, lane);
             if (W > 0) {
                 constexpr int PRE = HUFF && MAXB <= 2 ? 8 : 1;   // sign_mantissa loads issued before the decode
                 uint2 smv[PRE];
@@ -447,11 +353,13 @@ __device__ __forceinline__ void fg_gemv(const uint32_t* table, const uint8_t* lu
                     if (nW > 0) fg_stage_issue(s, nxt, codes, n_words);  // the stage is free again
                 }
                 if (PACKED) {
+                    // The lane's x: columns c0 + 8 lane + 256 i of pass i (the summation contract).
+                    const XT* xl = x + c0 + 8 * lane;
+                    auto add = [&](int i, const uint32_t(&w)[4]) { fg_accumulate8<MAXB>(w, xl + 256 * i, cols, nb, acc); };
                     if (W == 2048 && (j0 & 2047) == 0)
-                        fp_item<MAXB, true>(s, pk, sign_mantissa, x, nb, cols, (uint32_t)j0, (int)c0, 2048, pcur, acc);
+                        fp_item<true>(s.tab, pk, sign_mantissa, (uint32_t)j0, 2048, lane, pcur, add);
                     else
-                        fp_item<MAXB, false>(s, pk, sign_mantissa, x, nb, cols, (uint32_t)j0, (int)c0, (int)W, pcur,
-                                             acc);
+                        fp_item<false>(s.tab, pk, sign_mantissa, (uint32_t)j0, (int)W, lane, pcur, add);
                 }
                 const long long s0 = cur.s0;
                 // Loads in flight, no spills; fully unrolled where smv is used (constant indices: registers).

@@ -99,3 +99,104 @@ __device__ __forceinline__ void fp_apply_held(uint32_t v, unsigned long long& he
     lo = (uint32_t)e;
     hi = (uint32_t)(e >> 32);
 }
+
+// 4 (sign_mantissa, exponent) byte pairs -> 4 BF16 (two u32 words, little-endian u16 lanes).
+__device__ __forceinline__ void fg_fuse4(uint32_t s, uint32_t e, uint32_t& lo, uint32_t& hi) {
+    uint32_t H = (s & 0x80808080u) | ((e >> 1) & 0x7f7f7f7fu);
+    uint32_t L = (s & 0x7f7f7f7fu) | ((e << 7) & 0x80808080u);
+    lo = __byte_perm(L, H, 0x5140);
+    hi = __byte_perm(L, H, 0x7362);
+}
+
+// A unit in the packed form, as the product kernels (df11_fused.cu, df11_tc.cu) take it; t0, t1: the member's table
+// (codes 0-3 and 4-7 as little-endian words).
+struct FgPacked {
+    const uint32_t* codes;
+    const uint32_t* chunk_escapes;
+    const uint8_t* lane_starts;
+    uint32_t n_chunks;
+    const uint8_t* escapes;
+    uint32_t n_escapes;
+    uint32_t t0, t1;
+};
+
+// Fills tab[4096] (shared memory) with the member's exponents of every four codes (12 bits -> four bytes);
+// `threads` threads of the CTA take part. The caller synchronizes.
+__device__ __forceinline__ void fp_fill_table(uint32_t* tab, const FgPacked& pk, uint32_t threads) {
+    for (uint32_t i = threadIdx.x; i < 4096; i += threads) tab[i] = __byte_perm(pk.t0, pk.t1, fp_spread(i));
+}
+
+// A LANE'S ITEM: chunk lane L of the 2048-element piece of a row starting at unit element j0 (W <= 2048 of its
+// elements): 8-groups j0/8 + L + 32 i, i.e. elements j0 + 8L + 256 i .. + 8, for the passes i with 8L + 256 i < W.
+// What such an item needs first, loaded one item ahead (software pipeline): its codes for the 8 passes and its escape
+// starts in the item's chunk and the next. Lanes past the item get empty codes.
+struct FpPre {
+    uint32_t v[8];
+    uint32_t a, b;
+};
+
+__device__ __forceinline__ FpPre fp_prefetch(const FgPacked& pk, uint32_t j0, int W, uint32_t L) {
+    const uint32_t qb = (j0 >> 3) + L;
+    const uint32_t* cw = pk.codes + ((3u * qb) >> 2);
+    const uint32_t sh = ((qb & 3u) * 24u) & 31u;
+    FpPre p;
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+        p.v[i] = (int)(8 * L) + 256 * i < W ? __funnelshift_r(__ldg(cw + 24 * i), __ldg(cw + 24 * i + 1), sh) & 0xffffffu
+                                             : 0u;
+    const uint32_t chunk = qb >> 8, lane = qb & 31u;
+    p.a = W > 0 ? fp_lane_start(pk.chunk_escapes, pk.lane_starts, pk.n_chunks, chunk, lane) : 0u;
+    p.b = W > 0 && (j0 & 2047u) + (uint32_t)W > 2048u
+              ? fp_lane_start(pk.chunk_escapes, pk.lane_starts, pk.n_chunks, chunk + 1, lane)
+              : 0u;
+    return p;
+}
+
+// The weights of a lane's item (see FpPre; p from fp_prefetch) as BF16: for each pass i in order, consume(i, w) with
+// w the eight weights as four BF16 pairs. With the codes already loaded the lane counts its escapes and fetches its
+// first 8 at once (one memory latency per item), then per pass: table lookups (tab: fp_fill_table), escape patches,
+// BF16 rebuild. No lane talks to another. ALIGNED: the item is a whole 2048-element chunk of the unit (j0 % 2048 == 0,
+// W == 2048), so L is the chunk's lane and pass i its pass i. Otherwise the passes may start mid-chunk (the lane's
+// escapes in earlier passes of that chunk are counted from their codes) and run into the next chunk. The loop over
+// passes stops at the first pass past W: warp-uniform when W % 256 == 0 (what df11_tc.cu relies on).
+template <bool ALIGNED, typename Consume>
+__device__ __forceinline__ void fp_item(const uint32_t* tab, const FgPacked& pk, const uint8_t* sign_mantissa,
+                                        uint32_t j0, int W, uint32_t L, const FpPre& p, Consume&& consume) {
+    const uint2* smp = reinterpret_cast<const uint2*>(sign_mantissa + j0 + 8 * L);
+    uint2 sm[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+        sm[i] = ALIGNED || (int)(8 * L) + 256 * i < W ? __ldg(smp + 32 * i) : make_uint2(0u, 0u);
+    const uint32_t qb = (j0 >> 3) + L;
+    FpLane r;
+    r.a = p.a;
+    r.b = p.b;
+    if (!ALIGNED) {
+        // Escapes of this lane in the earlier passes of its chunk (they belong to the previous item).
+        for (uint32_t k = 1; k <= ((qb >> 5) & 7u); ++k) r.a += __popc(fp_escape_mask(fp_codes8(pk.codes, qb - 32 * k)));
+    }
+    uint32_t na = 0, nb_ = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const uint32_t n = __popc(fp_escape_mask(p.v[i]));
+        if (ALIGNED || ((qb + 32u * i) >> 8) == (qb >> 8)) na += n;
+        else nb_ += n;
+    }
+    r.na = na;
+    const uint32_t total = na + nb_;
+    if (ALIGNED) fp_fetch_run(r, pk.escapes, pk.n_escapes);
+    else fp_fetch(r, total, pk.escapes, pk.n_escapes);
+    unsigned long long held = r.held;
+    uint32_t t = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        if (!ALIGNED && (int)(8 * L) + 256 * i >= W) break;   // this lane is past the item
+        uint32_t lo = tab[p.v[i] & 0xfffu], hi = tab[p.v[i] >> 12];
+        if (total <= 8u) fp_apply_held(p.v[i], held, lo, hi);
+        else fp_apply(r, t, p.v[i], pk.escapes, pk.n_escapes, lo, hi);
+        uint32_t w[4];
+        fg_fuse4(sm[i].x, lo, w[0], w[1]);
+        fg_fuse4(sm[i].y, hi, w[2], w[3]);
+        consume(i, w);
+    }
+}

@@ -5,7 +5,8 @@
 # it with `df11 compress`, verifies it, and runs qwen3-df11-bench (separate processes, so each
 # peak is its own) on the DF11 folder, the BF16 folder and, as the baseline row, the BF16 folder
 # through stock candle-transformers' Qwen3 (--stock): batch 1 and 8 at context 512, batch 1 at
-# context 8192, and DF11 without the CUDA graph. E2E_QUICK=1 runs batch 1 at context 512 only.
+# context 8192, and DF11 without the CUDA graph. E2E_QUICK=1 runs batch 1 at context 512 only;
+# E2E_BATCHES="1 8 32" sets the batches at context 512; E2E_NO_LONG=1 skips context 8192.
 set -uo pipefail
 LOG=${OUT:-/tmp/df11-e2e}
 BIN=/tmp/df11-suite-bin
@@ -33,14 +34,14 @@ bench() {  # <label> <args...>
     echo "bench $label failed"; grep -v "^ *[0-9]*: \|^ *at " "$LOG/bench.err" | tail -3
   fi
 }
-batches="1 8"; [ -n "${E2E_QUICK:-}" ] && batches=1
+batches=${E2E_BATCHES:-"1 8"}; [ -n "${E2E_QUICK:-}" ] && batches=1
 for batch in $batches; do
   bench "df11 b$batch ctx512" --model-dir "$WORK/df11" --batch "$batch"
   bench "bf16 b$batch ctx512" --model-dir "$WORK/bf16" --bf16 --batch "$batch"
   bench "stock b$batch ctx512" --model-dir "$WORK/bf16" --stock --batch "$batch"
 done
 bench "df11 b1 ctx512 no-graph" --model-dir "$WORK/df11" --no-cuda-graph
-if [ -z "${E2E_QUICK:-}" ]; then
+if [ -z "${E2E_QUICK:-}${E2E_NO_LONG:-}" ]; then
   for fmt in df11 bf16; do
     flag=""; [ "$fmt" = bf16 ] && flag="--bf16"
     bench "$fmt b1 ctx8192" --model-dir "$WORK/$fmt" $flag --prompt-tokens 8192 --prefill-chunk 1024

@@ -11,7 +11,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 
 summary=()
 fail=0
+# SANITIZE=all ONLY_SANITIZE=1: the sanitizers only (no plain test run, no bench).
+[ -n "${ONLY_SANITIZE:-}" ] && : > /tmp/df11-no-tests || rm -f /tmp/df11-no-tests
 while read -r name crate; do
+  [ -f /tmp/df11-no-tests ] && break
   [ -n "$name" ] || continue
   short=${name%-*}
   tlog=$LOG/.test_$short.log
@@ -31,18 +34,20 @@ while read -r name crate; do
 done < "$SUITE/tests.txt"
 
 # compute-sanitizer over the kernel tests: memcheck over the decode tests (every fixture unit, the
-# real Qwen3-4B slice and the stress units decoded on the GPU, the damaged units), the fused kernel
-# and the decode step's kernels; racecheck over the decode step's kernels (shared memory).
-sanitize() {  # <tool> <binary prefix> [test filter]
-  local bin crate
-  read -r bin crate < <(awk -v p="^$2-" '$0 ~ p {print $1, $2; exit}' "$SUITE/tests.txt")
+# real Qwen3-4B slice and the stress units decoded on the GPU, the damaged units), the fused kernels
+# (CUDA-core and tensor-core) and the decode step's kernels; racecheck over the tensor-core
+# kernels and the decode step's kernels (shared memory).
+sanitize() {  # <tool> <binary prefix>[@<crate folder>] [test filter]
+  local bin crate name=${2%@*} dir=
+  [[ $2 == *@* ]] && dir=${2#*@}
+  read -r bin crate < <(awk -v p="^$name-" -v d="$dir" '$1 ~ p && (d == "" || $2 == d) {print $1, $2; exit}' "$SUITE/tests.txt")
   [ -n "$bin" ] || { summary+=("FAIL $1 $2: binary not found"); fail=1; return; }
   if (cd "$crate" && CARGO_MANIFEST_DIR=$PWD compute-sanitizer --tool "$1" --error-exitcode 9 \
-      "$BIN/$bin" --test-threads=1 ${3:-}) > "$LOG/$1_$2.log" 2>&1; then
-    summary+=("PASS $1 $2 ${3:-}: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG/$1_$2.log" | tail -1)")
+      "$BIN/$bin" --test-threads=1 ${3:-}) > "$LOG/$1_$name.log" 2>&1; then
+    summary+=("PASS $1 $2 ${3:-}: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG/$1_$name.log" | tail -1)")
   else
     fail=1
-    summary+=("FAIL $1 $2: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|panicked" "$LOG/$1_$2.log" | head -2 | tr '\n' ' ')")
+    summary+=("FAIL $1 $2: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|panicked" "$LOG/$1_$name.log" | head -2 | tr '\n' ' ')")
   fi
 }
 if command -v compute-sanitizer > /dev/null; then
@@ -50,6 +55,22 @@ if command -v compute-sanitizer > /dev/null; then
   sanitize memcheck device_stress
   sanitize memcheck device_damaged
   sanitize memcheck fused_exact odd_shapes
+  sanitize memcheck tc_exact
+  sanitize racecheck tc_exact
+  # SANITIZE=all: every tool over the tests of every kernel we ship: decode (block, segment,
+  # packed), fused CUDA-core and tensor-core with their twins, the llm ops (df11-llm's unit
+  # tests), the decode step's kernels, and the graph-captured step of a model (qwen3's harness).
+  if [ "${SANITIZE:-}" = all ]; then
+    for tool in memcheck racecheck initcheck synccheck; do
+      sanitize $tool modules_exact
+      sanitize $tool device_stress
+      sanitize $tool fused_exact
+      sanitize $tool tc_exact
+      sanitize $tool step_kernels
+      sanitize $tool df11_llm fused_cuda
+      sanitize $tool model@models/qwen3-df11 exact
+    done
+  fi
   sanitize memcheck step_kernels
   sanitize racecheck step_kernels
 else
@@ -57,6 +78,10 @@ else
   summary+=("FAIL memcheck: compute-sanitizer not found")
 fi
 
+if [ -n "${ONLY_SANITIZE:-}" ]; then
+  printf '%s\n' "${summary[@]}" | tee "$LOG/summary.txt"
+  exit $fail
+fi
 if "$BIN/gpu_bench" --json "$LOG/gpu_bench.json" > "$LOG/gpu_bench.txt" 2>&1; then
   summary+=("PASS gpu_bench (table below)")
 else

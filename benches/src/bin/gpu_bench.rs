@@ -1,8 +1,10 @@
 //! GPU bench: the Qwen3-8B-sized layer unit (192,937,984 N(0, 0.02) BF16 weights), built on the
 //! machine that runs it. Prints, in one run: the block kernel's and the segment kernel's decode
 //! time and GB/s of BF16 output, the device copy bandwidth, and the layer's 7 linears at batch 1
-//! to 512 four ways: BF16 through cuBLAS, BF16 through the fused kernel's twin, DF11 decode +
-//! cuBLAS, DF11 fused decode + matrix-vector; with the ratios against cuBLAS BF16.
+//! to 512: BF16 through cuBLAS, DF11 decode + cuBLAS, the CUDA-core fused kernels (DF11 and twin,
+//! up to 16 rows) and the tensor-core fused kernels (DF11 packed and twin, up to 64 rows a
+//! launch); with the ratios against cuBLAS BF16. Every fused DF11 output is checked equal to its
+//! twin's, bit for bit, before it is timed.
 //!
 //! `cargo run --release -p df11-benches --features cuda --bin gpu_bench [-- --json FILE]`
 
@@ -11,7 +13,8 @@ use std::time::Instant;
 use candle_core::{DType, Device, Module, Tensor};
 use df11_benches::qwen3_8b_layer_unit;
 use df11_candle::{
-    set_matmul_path, synth, Df11Group, Df11Linear, ExponentForm, Linear, MatmulPath, UnitLayout,
+    set_fused_kernel, set_matmul_path, synth, Df11Group, Df11Linear, ExponentForm, FusedKernel,
+    Linear, MatmulPath, UnitLayout,
 };
 /// Median seconds per call of `f`, over `reps` timed runs of `iters` calls each (after warm-up).
 fn time(dev: &Device, iters: usize, reps: usize, mut f: impl FnMut()) -> f64 {
@@ -156,9 +159,9 @@ fn main() -> anyhow::Result<()> {
     };
     let mut rows = Vec::new();
     println!(
-        "batch | cuBLAS BF16 ms | twin BF16 ms | DF11 decode+cuBLAS ms (Huffman / packed) | DF11 fused ms (Huffman / packed) | packed fused/cuBLAS speed | fused max |diff| vs cuBLAS"
+        "batch | cuBLAS BF16 ms | DF11 decode+cuBLAS ms (Huffman / packed) | CUDA-core: twin / DF11 Huffman / DF11 packed ms | tensor-core: twin / DF11 packed ms | TC packed/cuBLAS speed | TC twin/cuBLAS speed | TC max |diff| vs cuBLAS"
     );
-    for batch in [1usize, 2, 4, 8, 16, 32, 128, 512] {
+    for batch in [1usize, 2, 4, 8, 16, 32, 64, 128, 512] {
         let xs: Vec<Tensor> = synth::QWEN3_8B_LAYER
             .iter()
             .map(|&(_, k)| Tensor::randn(0f32, 1.0, (batch, k), &dev)?.to_dtype(DType::BF16))
@@ -182,40 +185,69 @@ fn main() -> anyhow::Result<()> {
         let t_cublas = time(&dev, 20, 7, || run_all(&bf16_fwd, &xs));
         let t_decode_path = time(&dev, 10, 7, || run_all(&df11_fwd, &xs));
         let t_packed_decode = time(&dev, 10, 7, || run_all(&packed_fwd, &xs));
-        // Fused path: fused DF11 == twin BF16 bit for bit; both close to cuBLAS.
+        // Fused paths: DF11 == its BF16 twin bit for bit (the Huffman form on the tensor-core
+        // path is decoded and given to the twin); both close to cuBLAS.
         set_matmul_path(MatmulPath::Fused);
-        let mut max_diff = 0f32;
-        for (i, x) in xs.iter().enumerate() {
-            let a: Vec<half::bf16> = bf16_fwd(i, x)?.flatten_all()?.to_vec1()?;
-            let b: Vec<half::bf16> = df11_fwd(i, x)?.flatten_all()?.to_vec1()?;
-            let c: Vec<half::bf16> = packed_fwd(i, x)?.flatten_all()?.to_vec1()?;
-            anyhow::ensure!(
-                a == b && a == c,
-                "fused path: DF11 differs from its BF16 twin at batch {batch}"
-            );
-            for (p, q) in b.iter().zip(&cublas_out[i]) {
-                max_diff = max_diff.max((p.to_f32() - q.to_f32()).abs());
+        let fused = |kernel: FusedKernel| -> anyhow::Result<(f64, f64, f64, f32)> {
+            set_fused_kernel(Some(kernel));
+            let mut max_diff = 0f32;
+            for (i, x) in xs.iter().enumerate() {
+                let a: Vec<half::bf16> = bf16_fwd(i, x)?.flatten_all()?.to_vec1()?;
+                let b: Vec<half::bf16> = df11_fwd(i, x)?.flatten_all()?.to_vec1()?;
+                let c: Vec<half::bf16> = packed_fwd(i, x)?.flatten_all()?.to_vec1()?;
+                anyhow::ensure!(
+                    a == b && a == c,
+                    "{kernel:?} fused path: DF11 differs from its BF16 twin at batch {batch}"
+                );
+                for (p, q) in c.iter().zip(&cublas_out[i]) {
+                    max_diff = max_diff.max((p.to_f32() - q.to_f32()).abs());
+                }
             }
-        }
-        let t_twin = time(&dev, 20, 7, || run_all(&bf16_fwd, &xs));
-        let t_fused = time(&dev, 20, 7, || run_all(&df11_fwd, &xs));
-        let t_packed_fused = time(&dev, 20, 7, || run_all(&packed_fwd, &xs));
+            let t_twin = time(&dev, 20, 7, || run_all(&bf16_fwd, &xs));
+            let t_huffman = if kernel == FusedKernel::CudaCore {
+                time(&dev, 20, 7, || run_all(&df11_fwd, &xs))
+            } else {
+                f64::NAN // decode + twin: not a kernel of its own
+            };
+            let t_packed = time(&dev, 20, 7, || run_all(&packed_fwd, &xs));
+            Ok((t_twin, t_huffman, t_packed, max_diff))
+        };
+        let nan = (f64::NAN, f64::NAN, f64::NAN, f32::NAN);
+        let cc = if batch <= 16 {
+            fused(FusedKernel::CudaCore)?
+        } else {
+            nan
+        };
+        let tc = fused(FusedKernel::TensorCore)?;
+        set_fused_kernel(None);
         set_matmul_path(MatmulPath::Auto);
         println!(
-            "{batch:>5} | {:>14.3} | {:>12.3} | {:>19.3} / {:.3} | {:>19.3} / {:.3} | {:>24.2}x | {max_diff:.4}",
+            "{batch:>5} | {:>14.3} | {:>19.3} / {:.3} | {:>8.3} / {:.3} / {:.3} | {:>8.3} / {:.3} | {:>10.2}x | {:>10.2}x | {:.4}",
             t_cublas * 1e3,
-            t_twin * 1e3,
             t_decode_path * 1e3,
             t_packed_decode * 1e3,
-            t_fused * 1e3,
-            t_packed_fused * 1e3,
-            t_cublas / t_packed_fused,
+            cc.0 * 1e3,
+            cc.1 * 1e3,
+            cc.2 * 1e3,
+            tc.0 * 1e3,
+            tc.2 * 1e3,
+            t_cublas / tc.2,
+            t_cublas / tc.0,
+            tc.3,
         );
+        let ms = |t: f64| {
+            if t.is_nan() {
+                serde_json::Value::Null
+            } else {
+                (t * 1e3).into()
+            }
+        };
         rows.push(serde_json::json!({
-            "batch": batch, "cublas_bf16_ms": t_cublas * 1e3, "twin_bf16_ms": t_twin * 1e3,
-            "df11_decode_ms": t_decode_path * 1e3, "df11_fused_ms": t_fused * 1e3,
-            "packed_decode_ms": t_packed_decode * 1e3, "packed_fused_ms": t_packed_fused * 1e3,
-            "fused_max_abs_diff_vs_cublas": max_diff,
+            "batch": batch, "cublas_bf16_ms": t_cublas * 1e3,
+            "df11_decode_ms": t_decode_path * 1e3, "packed_decode_ms": t_packed_decode * 1e3,
+            "cuda_core_twin_ms": ms(cc.0), "cuda_core_huffman_ms": ms(cc.1),
+            "cuda_core_packed_ms": ms(cc.2), "tc_twin_ms": ms(tc.0), "tc_packed_ms": ms(tc.2),
+            "tc_max_abs_diff_vs_cublas": tc.3,
         }));
     }
     group.check_status()?;

@@ -111,7 +111,9 @@ pub use codec::compress::{compress_model, CompressOptions, CompressProgress, Com
 pub use codec::decode::{decode_parallel, decode_sequential, DecodeTable};
 pub use codec::encode::{encode_unit, EncodedUnit};
 pub use codec::verify::{verify_model, Difference, VerifyReport};
-pub use cuda::matmul::{matmul_path, set_matmul_path, MatmulPath};
+pub use cuda::matmul::{
+    fused_plan, matmul_path, set_fused_kernel, set_matmul_path, FusedKernel, MatmulPath,
+};
 pub use cuda::packed::{exponent_form, set_exponent_form, ExponentForm, PackedExponents};
 pub use cuda::segments::SegmentIndex;
 pub use error::{Df11Error, Result, UnitDefect};

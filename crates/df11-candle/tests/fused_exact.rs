@@ -9,67 +9,14 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use candle_core::{DType, Device, Module, Tensor};
+use candle_core::{DType, Device, Module};
+use common::products::{bits, check_against_reference, random_x, unit_of};
 use df11_candle::{
-    encode_unit, synth, Df11Group, Df11Linear, Df11Model, ExponentForm, Linear, ModelWeights,
-    SafetensorsIndex, UnitLayout, WeightFormat,
+    encode_unit, synth, Df11Group, Df11Linear, Df11Model, ExponentForm, FusedKernel, Linear,
+    ModelWeights, SafetensorsIndex, UnitLayout, WeightFormat,
 };
 use half::bf16;
 use rand::{Rng, SeedableRng};
-
-fn bits(t: &Tensor) -> Vec<u16> {
-    let v: Vec<bf16> = t.flatten_all().unwrap().to_vec1().unwrap();
-    v.iter().map(|x| x.to_bits()).collect()
-}
-
-/// Checks `y` (`[batch, rows]`) against an f64 product of the BF16 weight and input: each value
-/// within 1% of the sum of |x·w| (the f32 accumulation and the BF16 rounding of the result are far
-/// inside that; a wrong weight, column or row is far outside it).
-fn check_against_reference(
-    y: &Tensor,
-    x: &[bf16],
-    w: &[bf16],
-    rows: usize,
-    cols: usize,
-    what: &str,
-) {
-    let y: Vec<bf16> = y.flatten_all().unwrap().to_vec1().unwrap();
-    let batch = x.len() / cols;
-    assert_eq!(y.len(), batch * rows, "{what}: output size");
-    for b in 0..batch {
-        for r in 0..rows {
-            let (mut dot, mut mag) = (0f64, 0f64);
-            for c in 0..cols {
-                let p = x[b * cols + c].to_f64() * w[r * cols + c].to_f64();
-                dot += p;
-                mag += p.abs();
-            }
-            let got = y[b * rows + r].to_f64();
-            if !dot.is_finite() || !got.is_finite() {
-                assert_eq!(
-                    dot.is_finite(),
-                    got.is_finite(),
-                    "{what}: [{b}, {r}] finiteness"
-                );
-                continue;
-            }
-            assert!(
-                (got - dot).abs() <= 0.01 * mag + 1e-30,
-                "{what}: [{b}, {r}] = {got}, reference {dot} (sum |x w| {mag})"
-            );
-        }
-    }
-}
-
-fn random_x(rng: &mut impl Rng, batch: usize, cols: usize, device: &Device) -> (Vec<bf16>, Tensor) {
-    let x: Vec<bf16> = (0..batch * cols)
-        .map(|_| bf16::from_f32(rng.gen_range(-1.0f32..1.0)))
-        .collect();
-    let t = Tensor::from_vec(x.clone(), (batch, cols), device).unwrap();
-    (x, t)
-}
 
 /// Both device forms of the exponents (on the CPU the form is ignored: the same path twice).
 const FORMS: [ExponentForm; 2] = [ExponentForm::Packed, ExponentForm::Huffman];
@@ -122,29 +69,6 @@ fn df11_and_bf16_linears_agree_at_small_batches_on_every_fixture_matrix() {
             }
         }
     }
-}
-
-/// A unit of members with the given shapes, N(0, 0.02) weights.
-fn unit_of(
-    shapes: &[(usize, usize)],
-    seed: u64,
-    device: &Device,
-    form: ExponentForm,
-) -> (Vec<bf16>, Arc<Df11Group>) {
-    let n: usize = shapes.iter().map(|(r, c)| r * c).sum();
-    let w = synth::normal_bf16(n, 0.02, seed);
-    let mut members = Vec::new();
-    let mut at = 0;
-    for (r, c) in shapes {
-        members.push(bytemuck::cast_slice::<bf16, u8>(&w[at..at + r * c]));
-        at += r * c;
-    }
-    let enc = encode_unit(&members).unwrap();
-    let t = enc.tensors();
-    let layout = UnitLayout::validate(&t).unwrap();
-    let names = (0..shapes.len()).map(|i| format!("m{i}.weight")).collect();
-    let g = Df11Group::new_with_form("synthetic", names, &t, layout, device, form).unwrap();
-    (w, g)
 }
 
 #[test]
@@ -278,9 +202,20 @@ fn the_fused_path_is_taken_exactly_on_cuda() {
     assert!(!p.has_segment_index());
     assert_eq!(p.can_fuse(0, 64), device.is_cuda());
     assert!(!g.can_fuse(4, 64) && !g.can_fuse(0, 60));
-    assert_eq!(df11_candle::matmul::use_fused(1, &device), device.is_cuda());
-    assert!(!df11_candle::matmul::use_fused(
-        df11_candle::matmul::FUSED_MAX_ROWS + 1,
-        &device
-    ));
+    use df11_candle::matmul::{fused_plan, FUSED_MAX_ROWS, TC_MAX_ROWS, TC_MIN_ROWS};
+    let on_cuda = |k| device.is_cuda().then_some(k);
+    // Columns that are not whole 256-column passes: the CUDA-core kernels, up to 4 rows.
+    assert_eq!(fused_plan(1, 64, &device), on_cuda(FusedKernel::CudaCore));
+    assert_eq!(fused_plan(FUSED_MAX_ROWS + 1, 64, &device), None);
+    // Whole passes: the tensor cores (the GPU suite runs on sm_90) from 3 to 16 rows.
+    assert_eq!(fused_plan(1, 256, &device), on_cuda(FusedKernel::CudaCore));
+    assert_eq!(
+        fused_plan(TC_MIN_ROWS, 256, &device),
+        on_cuda(FusedKernel::TensorCore)
+    );
+    assert_eq!(
+        fused_plan(TC_MAX_ROWS, 4096, &device),
+        on_cuda(FusedKernel::TensorCore)
+    );
+    assert_eq!(fused_plan(TC_MAX_ROWS + 1, 4096, &device), None);
 }

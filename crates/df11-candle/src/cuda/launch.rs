@@ -12,7 +12,7 @@ use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CpuStorage, CudaStorage, DType, Layout, Shape, Tensor};
 use half::bf16;
 
-use crate::cuda::matmul::{use_fused, FUSED_LIMIT_ROWS};
+use crate::cuda::matmul::{fused_plan, FusedKernel, FUSED_LIMIT_ROWS};
 
 /// What a CUDA op returns: its output and the output's shape.
 pub(crate) type CudaOut = candle_core::Result<(CudaStorage, Shape)>;
@@ -120,6 +120,19 @@ pub(crate) fn launch_config_with(
     work: usize,
     ctas_per_sm: u32,
 ) -> candle_core::Result<LaunchConfig> {
+    launch_config_in(dev, MODULE, PTX, name, smem, work, ctas_per_sm)
+}
+
+/// [`launch_config_with`] for kernel `name` of module `module` (PTX `ptx`).
+pub(crate) fn launch_config_in(
+    dev: &CudaDevice,
+    module: &'static str,
+    ptx: &'static str,
+    name: &'static str,
+    smem: usize,
+    work: usize,
+    ctas_per_sm: u32,
+) -> candle_core::Result<LaunchConfig> {
     let ctx = dev.cuda_stream().context().clone();
     let max = ctx
         .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
@@ -132,7 +145,7 @@ pub(crate) fn launch_config_with(
     if smem > 48 * 1024 {
         // Set on every such launch: the attribute belongs to the function handle, and each
         // CudaDevice (e.g. one per test) loads its own copy of the module. The call is cheap.
-        let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
+        let func = dev.get_or_load_custom_func(name, module, ptx)?;
         func.set_attribute(
             CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             smem as i32,
@@ -224,9 +237,9 @@ pub(crate) fn bf16_view<'a>(
     }
 }
 
-/// Whether `x` can go through a fused kernel for a weight with `in_features` columns, and with
-/// how many rows.
-pub(crate) fn fused_rows(x: &Tensor, in_features: usize) -> Option<usize> {
+/// Whether `x` can go through a fused kernel for a weight with `in_features` columns, and which
+/// ([`fused_plan`]).
+pub(crate) fn fused_kernel(x: &Tensor, in_features: usize) -> Option<FusedKernel> {
     if x.dtype() != DType::BF16
         || !in_features.is_multiple_of(8)
         || x.dims().last() != Some(&in_features)
@@ -234,16 +247,18 @@ pub(crate) fn fused_rows(x: &Tensor, in_features: usize) -> Option<usize> {
         return None;
     }
     let rows = x.elem_count() / in_features.max(1);
-    use_fused(rows, x.device()).then_some(rows)
+    fused_plan(rows, in_features, x.device())
 }
 
-/// Runs `op` (which maps `[rows <= 8, cols]` to `[rows, out]`) over `x` of shape `[..., cols]` in
-/// launches of at most [`FUSED_LIMIT_ROWS`] rows, and adds `bias` the way `candle_nn::Linear` does.
+/// Runs `op` (which maps `[rows <= limit, cols]` to `[rows, out]`) over `x` of shape
+/// `[..., cols]` in launches of at most `limit` rows, and adds `bias` the way `candle_nn::Linear`
+/// does.
 pub(crate) fn apply_rows(
     x: &Tensor,
     cols: usize,
     out: usize,
     bias: Option<&Tensor>,
+    limit: usize,
     mut op: impl FnMut(&Tensor) -> candle_core::Result<Tensor>,
 ) -> candle_core::Result<Tensor> {
     let rows = x.elem_count() / cols;
@@ -254,16 +269,12 @@ pub(crate) fn apply_rows(
     } else {
         x2
     };
-    let y = if rows <= FUSED_LIMIT_ROWS {
+    let y = if rows <= limit {
         op(&x2)?
     } else {
         let parts = (0..rows)
-            .step_by(FUSED_LIMIT_ROWS)
-            .map(|r| {
-                op(&x2
-                    .narrow(0, r, FUSED_LIMIT_ROWS.min(rows - r))?
-                    .contiguous()?)
-            })
+            .step_by(limit)
+            .map(|r| op(&x2.narrow(0, r, limit.min(rows - r))?.contiguous()?))
             .collect::<candle_core::Result<Vec<_>>>()?;
         Tensor::cat(&parts, 0)?
     };
@@ -274,6 +285,16 @@ pub(crate) fn apply_rows(
         Some(b) => y.broadcast_add(b),
         None => Ok(y),
     }
+}
+
+/// The rows of `x` (layout `x_l`) for a product with `cols` columns: 1 to `limit` whole rows.
+pub(crate) fn check_rows(x_l: &Layout, cols: usize, limit: usize) -> candle_core::Result<usize> {
+    let n = x_l.shape().elem_count();
+    let nb = n.checked_div(cols).unwrap_or(0);
+    if nb == 0 || nb > limit || nb * cols != n {
+        candle_core::bail!("df11: a fused product called with {n} inputs for {cols} columns");
+    }
+    Ok(nb)
 }
 
 /// Checks a fused DF11 product before launch: `sign_mantissa` (layout `sm_l`) is the unit's whole

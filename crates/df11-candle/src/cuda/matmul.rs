@@ -1,14 +1,20 @@
-//! Which kernel multiplies by a weight: the fused DF11 decode + matrix-vector kernel (and, for
-//! dense BF16 weights, its twin), or a decode into a BF16 buffer followed by cuBLAS.
+//! Which kernel multiplies by a weight: a fused kernel that decodes DF11 weights where they are
+//! used (and, for dense BF16 weights, its twin), or a decode into a BF16 buffer followed by cuBLAS.
 //!
-//! The fused kernel and its BF16 twin sum in the same order (see `kernels/df11_fused.cu`), so a
-//! DF11 model and its BF16 original stay bit-identical in this engine as long as both take the
-//! same path at the same batch size: [`use_fused`] depends only on the batch rows, the device and
-//! the setting here, never on the weight format.
+//! There are two fused families, each a DF11 kernel and a BF16 twin that sum in the same order:
+//! the tensor-core kernels (`kernels/df11_tc.cu`, [`FusedKernel::TensorCore`]: 1 to
+//! [`TC_LIMIT_ROWS`] rows a launch, columns a multiple of 256, sm_80 and newer) and the CUDA-core
+//! matrix-vector kernels (`kernels/df11_fused.cu`, [`FusedKernel::CudaCore`]: up to
+//! [`FUSED_LIMIT_ROWS`] rows). A DF11 model and its BF16 original stay bit-identical in this
+//! engine as long as both take the same kernel at the same batch size: [`fused_plan`] depends only
+//! on the batch rows, the columns, the device and the settings here, never on the weight format
+//! (a DF11 weight the DF11 kernel cannot take is decoded and given to the twin).
 //!
-//! The default ([`MatmulPath::Auto`]) takes the fused path up to [`FUSED_MAX_ROWS`] rows, the
-//! crossover measured on an H100 (docs/PERFORMANCE.md, "Fused matrix-vector"). Set
-//! `DF11_MATMUL=fused|decode|auto` or call [`set_matmul_path`] to force either.
+//! The default ([`MatmulPath::Auto`]) takes the tensor-core kernels from [`TC_MIN_ROWS`] to
+//! [`TC_MAX_ROWS`] rows where the shape allows, else the CUDA-core kernels up to
+//! [`FUSED_MAX_ROWS`] rows: crossovers measured on an H100 (docs/PERFORMANCE.md). Set `DF11_MATMUL=fused|decode|auto` or call
+//! [`set_matmul_path`] to force a path, `DF11_FUSED_KERNEL=auto|tc|cuda-core` or
+//! [`set_fused_kernel`] to keep the fused path off the tensor cores.
 
 use candle_core::Device;
 
@@ -45,8 +51,58 @@ impl std::str::FromStr for MatmulPath {
 /// | 8    | 0.680 ms      | 0.491 ms                | 0.703 ms       | 0.512 ms                 |
 pub const FUSED_MAX_ROWS: usize = 4;
 
-/// Most rows one fused launch handles (the kernel keeps one accumulator per row in registers).
+/// Most rows one CUDA-core fused launch handles (the kernel keeps one accumulator per row in
+/// registers).
 pub const FUSED_LIMIT_ROWS: usize = 8;
+
+/// Rows (tokens) from which [`MatmulPath::Auto`] takes the tensor-core kernels, where the shape
+/// allows them (below, the CUDA-core kernels are faster; docs/PERFORMANCE.md, "Tensor-core fused
+/// products").
+pub const TC_MIN_ROWS: usize = 3;
+
+/// Rows (tokens) up to which [`MatmulPath::Auto`] takes the tensor-core kernels (above, decode +
+/// cuBLAS is faster).
+pub const TC_MAX_ROWS: usize = 16;
+
+/// Most rows one tensor-core launch handles (four 16-row m-tiles).
+pub const TC_LIMIT_ROWS: usize = 64;
+
+/// The fused kernel family a product takes (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FusedKernel {
+    /// `kernels/df11_tc.cu`: mma.sync over weights rebuilt in registers.
+    TensorCore,
+    /// `kernels/df11_fused.cu`: f32 FMAs, one accumulator per row.
+    CudaCore,
+}
+
+impl FusedKernel {
+    /// Most rows one launch of this family handles (larger batches are split into launches).
+    pub fn limit_rows(self) -> usize {
+        match self {
+            Self::TensorCore => TC_LIMIT_ROWS,
+            Self::CudaCore => FUSED_LIMIT_ROWS,
+        }
+    }
+}
+
+/// Which fused family [`fused_plan`] may take: `Auto` (tensor cores where they apply) or
+/// `CudaCore` (never the tensor cores).
+static KERNEL: Setting<Option<FusedKernel>> = Setting::new(
+    "DF11_FUSED_KERNEL",
+    "fused kernel",
+    &[
+        ("auto", None),
+        ("tc", None),
+        ("cuda-core", Some(FusedKernel::CudaCore)),
+    ],
+);
+
+/// Keeps the fused path off the tensor cores (`Some(FusedKernel::CudaCore)`) or lets it use them
+/// where they apply (`None` or `Some(FusedKernel::TensorCore)`), for the whole process.
+pub fn set_fused_kernel(kernel: Option<FusedKernel>) {
+    KERNEL.set(kernel.filter(|k| *k == FusedKernel::CudaCore));
+}
 
 /// The path set for the process, else `DF11_MATMUL`'s; the paths' names (`cublas` is `decode`).
 static PATH: Setting<MatmulPath> = Setting::new(
@@ -70,15 +126,48 @@ pub fn matmul_path() -> MatmulPath {
     PATH.get()
 }
 
-/// Whether a product with `rows` rows of input on `device` takes the fused kernel (given that
-/// the weight and input allow it).
+/// Whether a product with `rows` rows of input on `device` takes a fused kernel for a weight
+/// with `cols` columns (given that the input allows it), and which.
+pub fn fused_plan(rows: usize, cols: usize, device: &Device) -> Option<FusedKernel> {
+    if !device.is_cuda() || !cfg!(feature = "cuda") || rows == 0 || !cols.is_multiple_of(8) {
+        return None;
+    }
+    let tc = KERNEL.get().is_none() && tc_shape(cols) && tensor_cores(device);
+    match (matmul_path(), tc) {
+        (MatmulPath::Decode, _) => None,
+        (MatmulPath::Fused, true) => Some(FusedKernel::TensorCore),
+        (MatmulPath::Fused, false) => Some(FusedKernel::CudaCore),
+        (MatmulPath::Auto, true) if (TC_MIN_ROWS..=TC_MAX_ROWS).contains(&rows) => {
+            Some(FusedKernel::TensorCore)
+        }
+        (MatmulPath::Auto, _) if rows <= FUSED_MAX_ROWS => Some(FusedKernel::CudaCore),
+        (MatmulPath::Auto, _) => None,
+    }
+}
+
+/// Whether a product with `rows` rows of input on `device` takes a fused kernel for some weight
+/// shape.
 pub fn use_fused(rows: usize, device: &Device) -> bool {
-    if !device.is_cuda() || !cfg!(feature = "cuda") || rows == 0 {
-        return false;
+    fused_plan(rows, 256, device).is_some() || fused_plan(rows, 8, device).is_some()
+}
+
+/// Whether the tensor-core kernels take a weight with `cols` columns: whole 256-column passes,
+/// and at most 256 chunks of 2048.
+pub(crate) fn tc_shape(cols: usize) -> bool {
+    cols > 0 && cols.is_multiple_of(256) && cols <= 2048 * 256
+}
+
+/// Whether `device` has the mma.sync BF16 instructions (compute capability 8.0 or newer).
+fn tensor_cores(device: &Device) -> bool {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(d) = device {
+        use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute;
+        let major = d
+            .cuda_stream()
+            .context()
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+        return major.is_ok_and(|m| m >= 8);
     }
-    match matmul_path() {
-        MatmulPath::Auto => rows <= FUSED_MAX_ROWS,
-        MatmulPath::Fused => true,
-        MatmulPath::Decode => false,
-    }
+    let _ = device;
+    false
 }

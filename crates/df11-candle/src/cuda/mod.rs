@@ -13,7 +13,8 @@
 //! - `unit`: a unit's device buffers and the block decode kernel (`df11_decode.cu`);
 //! - `fused`: the fused decode + matrix-vector kernel over the Huffman form and the segment
 //!   decode kernel (`df11_fused.cu`);
-//! - `twin`: the BF16 twin of the fused kernel (same summation order) for dense weights;
+//! - `twin`: the BF16 twins of the fused kernels (same summation order) for dense weights;
+//! - `tc`: the tensor-core fused products, over packed exponents and their twin (`df11_tc.cu`);
 //! - `packed_kernels`: the fused kernel and the decode over packed exponents (`df11_packed.cu`);
 //! - `llm_ops`: small fused ops of the models' forward pass (`llm_ops.cu`);
 //! - `decode_step`: the graph-capturable decode step's kernels: q/k norm + RoPE + KV write,
@@ -37,6 +38,8 @@ pub(crate) mod launch;
 pub mod llm_ops;
 #[cfg(feature = "cuda")]
 pub(crate) mod packed_kernels;
+#[cfg(feature = "cuda")]
+pub(crate) mod tc;
 #[cfg(feature = "cuda")]
 pub(crate) mod twin;
 #[cfg(feature = "cuda")]

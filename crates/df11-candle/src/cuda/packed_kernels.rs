@@ -83,10 +83,21 @@ impl PackedBuffers {
             .position(|m| m.start <= elements.start && elements.end <= m.end)
     }
 
+    /// The code table (codes 0-3, 4-7 as little-endian words) of the member holding all of
+    /// `elements`, if one does.
+    pub(crate) fn table_of(&self, elements: &Range<usize>) -> Option<[u32; 2]> {
+        self.member_of(elements).map(|m| self.host_tables[m])
+    }
+
+    /// Elements of the unit.
+    pub(crate) fn n_elements(&self) -> usize {
+        self.n_elements
+    }
+
     /// Pushes the arguments both packed kernels open with (`df11_gemv_packed_bf16_*` in
     /// `kernels/df11_fused.cu`, `df11_decode_packed` in `kernels/df11_packed.cu`): `codes,
     /// chunk_escapes, lane_starts, n_chunks, escapes, n_escapes`.
-    fn push_packed<'b>(&'b self, b: &mut LaunchArgs<'b>) {
+    pub(crate) fn push_packed<'b>(&'b self, b: &mut LaunchArgs<'b>) {
         push_args!(b; &self.codes, &self.chunk_escapes, &self.lane_starts, &self.n_chunks);
         push_args!(b; &self.escapes, &self.n_escapes);
     }

@@ -9,23 +9,43 @@ use candle_core::{CudaStorage, DType, Layout, Shape, Tensor};
 use half::bf16;
 
 use crate::cuda::launch::{
-    apply_rows, bf16_view, cuda_only_op, fused_rows, gemv_name, launch_config, maxb_for, push_args,
-    CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE, PTX,
+    apply_rows, bf16_view, cuda_only_op, fused_kernel, gemv_name, launch_config, maxb_for,
+    push_args, CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE, PTX,
 };
-use crate::cuda::matmul::FUSED_LIMIT_ROWS;
+use crate::cuda::matmul::{FusedKernel, FUSED_LIMIT_ROWS};
+use crate::cuda::tc::TwinTcOp;
 
-/// `x · wᵀ (+ bias)` through the BF16 twin kernel, when `w` is a BF16 CUDA matrix and `x` may take
-/// the fused path ([`fused_rows`]); `None` otherwise.
+/// `x · wᵀ (+ bias)` through a BF16 twin kernel, when `w` is a BF16 CUDA matrix and `x` may take
+/// a fused path ([`fused_kernel`]); `None` otherwise.
 pub(crate) fn twin_linear(
     w: &Tensor,
     bias: Option<&Tensor>,
     x: &Tensor,
 ) -> candle_core::Result<Option<Tensor>> {
     let (out, cols) = w.dims2()?;
-    if w.dtype() != DType::BF16 || !w.device().is_cuda() || fused_rows(x, cols).is_none() {
+    if w.dtype() != DType::BF16 || !w.device().is_cuda() {
         return Ok(None);
     }
-    apply_rows(x, cols, out, bias, |x2| w.apply_op2_no_bwd(x2, &TwinGemvOp)).map(Some)
+    let Some(kernel) = fused_kernel(x, cols) else {
+        return Ok(None);
+    };
+    let w = w.contiguous()?;
+    apply_rows(x, cols, out, bias, kernel.limit_rows(), |x2| {
+        twin_matmul(&w, x2, kernel)
+    })
+    .map(Some)
+}
+
+/// `x2 · wᵀ` (`x2`: `[nb, cols]`, at most `kernel.limit_rows()` rows) through `kernel`'s twin.
+pub(crate) fn twin_matmul(
+    w: &Tensor,
+    x2: &Tensor,
+    kernel: FusedKernel,
+) -> candle_core::Result<Tensor> {
+    match kernel {
+        FusedKernel::TensorCore => w.apply_op2_no_bwd(x2, &TwinTcOp),
+        FusedKernel::CudaCore => w.apply_op2_no_bwd(x2, &TwinGemvOp),
+    }
 }
 
 /// The BF16 twin of `Df11GemvOp`: arguments `w` `[rows, cols]` (BF16) and `x` `[nb, cols]`.

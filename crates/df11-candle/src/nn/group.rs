@@ -250,8 +250,10 @@ impl Df11Group {
         }
     }
 
-    /// `x2 · Wᵀ` (`x2`: `[nb <= 8, cols]` BF16, contiguous) for the member `[rows, cols]` at unit
-    /// element `base`, through the fused decode + matrix-vector kernel ([`Self::can_fuse`]).
+    /// `x2 · Wᵀ` (`x2`: `[nb, cols]` BF16, contiguous, at most `kernel.limit_rows()` rows) for the
+    /// member `[rows, cols]` at unit element `base`, through `kernel`'s DF11 kernel where it takes
+    /// the member, else by decoding the member and running `kernel`'s BF16 twin: either way the
+    /// bits of the BF16 model on the same path ([`crate::matmul`]).
     #[cfg(feature = "cuda")]
     pub(crate) fn fused_matmul(
         &self,
@@ -259,10 +261,18 @@ impl Df11Group {
         base: usize,
         rows: usize,
         cols: usize,
+        kernel: crate::matmul::FusedKernel,
     ) -> Result<Tensor> {
-        if let Store::Cuda(c) = &self.store {
-            if let (Some(unit), true) = (c.packed(), self.can_fuse(base, cols)) {
-                let op = crate::cuda::packed_kernels::PackedGemvOp {
+        use crate::cuda::packed_kernels::PackedGemvOp;
+        use crate::cuda::tc::PackedTcOp;
+        use crate::matmul::FusedKernel;
+        let packed = match &self.store {
+            Store::Cuda(c) => c.packed(),
+            Store::Cpu { .. } => None,
+        };
+        match (kernel, packed) {
+            (FusedKernel::TensorCore, Some(unit)) if PackedTcOp::takes(unit, base, rows, cols) => {
+                let op = PackedTcOp {
                     unit,
                     base,
                     rows,
@@ -270,24 +280,49 @@ impl Df11Group {
                 };
                 return Ok(self.sign_mantissa.apply_op2_no_bwd(x2, &op)?);
             }
+            (FusedKernel::CudaCore, Some(unit)) if self.can_fuse(base, cols) => {
+                let op = PackedGemvOp {
+                    unit,
+                    base,
+                    rows,
+                    cols,
+                };
+                return Ok(self.sign_mantissa.apply_op2_no_bwd(x2, &op)?);
+            }
+            (FusedKernel::CudaCore, None) if self.can_fuse(base, cols) => {
+                if let Store::Cuda(c) = &self.store {
+                    if let Some(unit) = c.segment_args(&self.layout) {
+                        let op = crate::cuda::fused::Df11GemvOp {
+                            unit,
+                            base,
+                            rows,
+                            cols,
+                        };
+                        return Ok(self.sign_mantissa.apply_op2_no_bwd(x2, &op)?);
+                    }
+                }
+            }
+            _ => {}
         }
-        let unit = match &self.store {
-            Store::Cuda(c) if self.can_fuse(base, cols) => c.segment_args(&self.layout),
-            _ => None,
+        // The DF11 kernel cannot take this member: decode it and run the twin (same bits).
+        let end = rows
+            .checked_mul(cols)
+            .and_then(|n| n.checked_add(base))
+            .filter(|&end| end <= self.layout.n_elements)
+            .ok_or_else(|| {
+                Df11Error::Usage(format!(
+                    "`{}`: the [{rows}, {cols}] matrix at element {base} is outside the unit",
+                    self.name
+                ))
+            })?;
+        let w = self.decode_elements(base..end)?.reshape((rows, cols))?;
+        // The twins read w with 16-byte loads from its first element.
+        let w = if w.layout().start_offset().is_multiple_of(8) {
+            w
+        } else {
+            w.copy()?
         };
-        let Some(unit) = unit else {
-            return Err(Df11Error::Usage(format!(
-                "`{}`: the fused kernel cannot take this member (base {base}, {cols} columns)",
-                self.name
-            )));
-        };
-        let op = crate::cuda::fused::Df11GemvOp {
-            unit,
-            base,
-            rows,
-            cols,
-        };
-        Ok(self.sign_mantissa.apply_op2_no_bwd(x2, &op)?)
+        Ok(crate::cuda::twin::twin_matmul(&w, x2, kernel)?)
     }
 
     /// Whether the unit has a segment index on its device (the fused and segment kernels).

@@ -142,17 +142,16 @@ impl Module for Df11Linear {
             Weight::Compressed(s) => {
                 let (rows, cols) = s.shape;
                 let base = s.elements.start;
-                if crate::cuda::launch::fused_rows(x, cols).is_some()
-                    && s.group.can_fuse(base, cols)
-                {
+                if let Some(kernel) = crate::cuda::launch::fused_kernel(x, cols) {
                     return crate::cuda::launch::apply_rows(
                         x,
                         cols,
                         rows,
                         self.bias.as_ref(),
+                        kernel.limit_rows(),
                         |x2| {
                             s.group
-                                .fused_matmul(x2, base, rows, cols)
+                                .fused_matmul(x2, base, rows, cols, kernel)
                                 .map_err(candle_core::Error::wrap)
                         },
                     );

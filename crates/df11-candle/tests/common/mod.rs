@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod damage;
+pub mod products;
 pub mod roundtrip;
 
 use std::path::PathBuf;

@@ -1,0 +1,259 @@
+//! Launch code of the tensor-core fused products (`kernels/df11_tc.cu`): the DF11 kernel over a
+//! member in the packed form ([`PackedTcOp`]) and its BF16 twin ([`TwinTcOp`]), 1 to
+//! [`TC_LIMIT_ROWS`] rows of input a launch. Both tile a matrix the same way ([`TcTiling`]), which
+//! with the kernels' fixed mma order makes their outputs bit-identical.
+
+use std::sync::OnceLock;
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
+use candle_core::cuda_backend::{CudaDevice, WrapErr};
+use candle_core::{CudaStorage, Layout, Shape};
+use half::bf16;
+
+use crate::cuda::launch::{
+    bf16_view, check_rows, cuda_only_op, launch_config_in, push_args, CudaOp2, CudaOut,
+};
+use crate::cuda::matmul::{tc_shape, TC_LIMIT_ROWS};
+use crate::cuda::packed_kernels::PackedBuffers;
+
+const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_tc.ptx"));
+const MODULE: &str = "df11_tc";
+/// Bytes of the packed kernel's exponent table (4096 words) before the partial sums.
+const TABLE_BYTES: usize = 16384;
+/// Partial-sum bytes a CTA tile may take.
+const MAX_PARTIAL_BYTES: usize = 64 * 1024;
+
+/// How both tensor-core kernels split a `[rows, cols]` product with `nb` rows of input: items of
+/// 8 weight rows x one 2048-column chunk x `steps` of its 8 sub-steps (the summation order depends
+/// on `steps`), `tile_groups` row groups per CTA tile (it does not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TcTiling {
+    pub(crate) steps: usize,
+    pub(crate) tile_groups: usize,
+    items_per_group: usize,
+    m_tiles: usize,
+}
+
+impl TcTiling {
+    pub(crate) fn new(rows: usize, cols: usize, nb: usize) -> candle_core::Result<Self> {
+        if !tc_shape(cols) || rows == 0 || nb == 0 || nb > TC_LIMIT_ROWS {
+            candle_core::bail!("df11: tensor-core kernel called with {nb} x [{rows}, {cols}]");
+        }
+        let m_tiles = match nb {
+            0..=16 => 1,
+            17..=32 => 2,
+            _ => 4,
+        };
+        // Two sub-steps per item measured fastest at 1 to 16 rows (docs/PERFORMANCE.md); above, 8
+        // keeps the partial sums of four m-tiles small.
+        let steps = steps_override().unwrap_or(match m_tiles {
+            1 => 2,
+            _ => 8,
+        });
+        let items_per_group = cols.div_ceil(2048) * (8 / steps);
+        // Enough items per tile for the 8 warps, within the partial-sum budget.
+        let per_group = items_per_group * nb * 32;
+        let tile_groups = 8usize
+            .div_ceil(items_per_group)
+            .min((MAX_PARTIAL_BYTES / per_group).max(1))
+            .min(rows.div_ceil(8));
+        Ok(Self {
+            steps,
+            tile_groups,
+            items_per_group,
+            m_tiles,
+        })
+    }
+
+    fn tiles(&self, rows: usize) -> usize {
+        rows.div_ceil(8).div_ceil(self.tile_groups)
+    }
+
+    fn partial_bytes(&self, nb: usize) -> usize {
+        self.tile_groups * self.items_per_group * nb * 32
+    }
+
+    fn kernel(&self, twin: bool) -> &'static str {
+        match (twin, self.m_tiles) {
+            (false, 1) => "df11_tc_packed_1",
+            (false, 2) => "df11_tc_packed_2",
+            (false, _) => "df11_tc_packed_4",
+            (true, 1) => "bf16_tc_1",
+            (true, 2) => "bf16_tc_2",
+            (true, _) => "bf16_tc_4",
+        }
+    }
+
+    /// `TC_MIN_CTAS(MT)` of kernels/df11_tc.cu: the CTAs per SM the kernel is compiled for.
+    fn ctas_per_sm(&self) -> u32 {
+        if self.m_tiles == 1 {
+            3
+        } else {
+            2
+        }
+    }
+}
+
+/// `DF11_TC_STEPS` (1, 2, 4 or 8): sub-steps per item, for measurements. It changes the summation
+/// order of both kernels alike.
+fn steps_override() -> Option<usize> {
+    static STEPS: OnceLock<Option<usize>> = OnceLock::new();
+    *STEPS.get_or_init(|| {
+        std::env::var("DF11_TC_STEPS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .filter(|s: &usize| [1, 2, 4, 8].contains(s))
+    })
+}
+
+/// Launches `tiling`'s kernel (`twin` or packed) with `args` pushed after nothing: the caller
+/// pushes every argument in the kernel's order.
+fn config(
+    dev: &CudaDevice,
+    tiling: &TcTiling,
+    twin: bool,
+    rows: usize,
+    nb: usize,
+) -> candle_core::Result<(
+    candle_core::cuda_backend::cudarc::driver::LaunchConfig,
+    usize,
+)> {
+    let smem = if twin { 0 } else { TABLE_BYTES } + tiling.partial_bytes(nb);
+    let name = tiling.kernel(twin);
+    let cfg = launch_config_in(
+        dev,
+        MODULE,
+        PTX,
+        name,
+        smem,
+        tiling.tiles(rows),
+        tiling.ctas_per_sm(),
+    )?;
+    Ok((cfg, smem))
+}
+
+/// The tensor-core DF11 product over packed exponents: arguments `sign_mantissa` (the whole unit)
+/// and `x` `[nb, cols]`; result `[nb, rows]` = x · Wᵀ for the member matrix at unit element `base`
+/// (a multiple of 256, inside one member).
+pub(crate) struct PackedTcOp<'a> {
+    pub(crate) unit: &'a PackedBuffers,
+    pub(crate) base: usize,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+}
+
+impl PackedTcOp<'_> {
+    /// Whether the op takes the member matrix `[rows, cols]` at `base` of `unit`.
+    pub(crate) fn takes(unit: &PackedBuffers, base: usize, rows: usize, cols: usize) -> bool {
+        tc_shape(cols)
+            && base.is_multiple_of(256)
+            && unit.table_of(&(base..base + rows * cols)).is_some()
+    }
+}
+
+cuda_only_op!(CustomOp2 for PackedTcOp<'_>);
+
+impl CudaOp2 for PackedTcOp<'_> {
+    const NAME: &'static str = "df11-packed-tc";
+    const WHAT: &'static str = "df11: the tensor-core kernel";
+
+    fn cuda(&self, sm: &CudaStorage, sm_l: &Layout, x: &CudaStorage, x_l: &Layout) -> CudaOut {
+        let dev = sm.device().clone();
+        let u = self.unit;
+        let (rows, cols, base) = (self.rows, self.cols, self.base);
+        if sm_l.start_offset() != 0
+            || !sm_l.is_contiguous()
+            || sm_l.shape().elem_count() != u.n_elements()
+        {
+            candle_core::bail!("df11: sign_mantissa must be the unit's whole contiguous buffer");
+        }
+        let nb = check_rows(x_l, cols, TC_LIMIT_ROWS)?;
+        let Some([t0, t1]) = (base.is_multiple_of(256))
+            .then(|| u.table_of(&(base..base + rows * cols)))
+            .flatten()
+        else {
+            candle_core::bail!(
+                "df11: the [{rows}, {cols}] matrix at element {base} is not a 256-aligned part of one member"
+            );
+        };
+        let tiling = TcTiling::new(rows, cols, nb)?;
+        let (cfg, _) = config(&dev, &tiling, false, rows, nb)?;
+        let xv = bf16_view(x, x_l, "x")?;
+        let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
+        let func = dev.get_or_load_custom_func(tiling.kernel(false), MODULE, PTX)?;
+        let sm = sm.as_cuda_slice::<u8>()?;
+        let (nb_, rows_, cols_, base_) = (nb as i32, rows as i32, cols as i32, base as i64);
+        let (groups, steps) = (tiling.tile_groups as i32, tiling.steps as i32);
+        let mut b = func.builder();
+        u.push_packed(&mut b);
+        push_args!(b; &t0, &t1, sm);
+        push_args!(b; &xv, &out, &nb_, &rows_, &cols_, &base_, &groups, &steps);
+        // SAFETY: the matrix lies inside one member of the unit (table_of), base and cols are
+        // multiples of 256, x holds nb rows of cols; the packed buffers cover the unit and escape
+        // reads are clamped in the kernel.
+        unsafe { b.launch(cfg) }.w()?;
+        Ok((
+            CudaStorage::wrap_cuda_slice(out, dev),
+            Shape::from((nb, rows)),
+        ))
+    }
+}
+
+/// The BF16 twin of [`PackedTcOp`]: arguments `w` `[rows, cols]` (BF16) and `x` `[nb, cols]`.
+pub(crate) struct TwinTcOp;
+
+cuda_only_op!(CustomOp2 for TwinTcOp);
+
+impl CudaOp2 for TwinTcOp {
+    const NAME: &'static str = "bf16-twin-tc";
+    const WHAT: &'static str = "df11: the tensor-core twin kernel";
+
+    fn cuda(&self, w: &CudaStorage, w_l: &Layout, x: &CudaStorage, x_l: &Layout) -> CudaOut {
+        let dev = w.device().clone();
+        let (rows, cols) = w_l.shape().dims2()?;
+        let nb = check_rows(x_l, cols, TC_LIMIT_ROWS)?;
+        let tiling = TcTiling::new(rows, cols, nb)?;
+        let (cfg, _) = config(&dev, &tiling, true, rows, nb)?;
+        let wv = bf16_view(w, w_l, "the weight")?;
+        let xv = bf16_view(x, x_l, "x")?;
+        let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
+        let func = dev.get_or_load_custom_func(tiling.kernel(true), MODULE, PTX)?;
+        let (nb_, rows_, cols_) = (nb as i32, rows as i32, cols as i32);
+        let (groups, steps) = (tiling.tile_groups as i32, tiling.steps as i32);
+        let mut b = func.builder();
+        push_args!(b; &wv, &xv, &out, &nb_, &rows_, &cols_, &groups, &steps);
+        // SAFETY: w and x are contiguous, 16-byte aligned BF16 views of [rows, cols] and
+        // [nb, cols], cols a multiple of 256.
+        unsafe { b.launch(cfg) }.w()?;
+        Ok((
+            CudaStorage::wrap_cuda_slice(out, dev),
+            Shape::from((nb, rows)),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiling_fits_the_budget_and_covers_the_rows() {
+        for (rows, cols) in [
+            (8, 256),
+            (1024, 4096),
+            (12288, 4096),
+            (4096, 12288),
+            (5, 5120),
+        ] {
+            for nb in [1, 7, 16, 17, 33, 64] {
+                let t = TcTiling::new(rows, cols, nb).unwrap();
+                assert!(t.partial_bytes(nb) <= MAX_PARTIAL_BYTES.max(t.items_per_group * nb * 32));
+                assert!(t.tiles(rows) * t.tile_groups * 8 >= rows);
+                assert_eq!(8 % t.steps, 0);
+            }
+        }
+        assert!(TcTiling::new(8, 264, 1).is_err());
+        assert!(TcTiling::new(8, 256, 65).is_err());
+    }
+}

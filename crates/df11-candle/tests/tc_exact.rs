@@ -1,0 +1,105 @@
+//! The tensor-core fused products (`kernels/df11_tc.cu`) on the test device: with every linear on
+//! the fused path (`MatmulPath::Fused`, set for this whole test binary, hence its own file), a
+//! DF11 linear and its decoded BF16 twin must give the same bits at 1 to 70 rows (two launches
+//! above 64), for members the packed DF11 kernel takes (chunk-aligned rows, rows starting
+//! mid-chunk, 5120 columns, row counts that are not a multiple of 8, many escapes) and for those
+//! it does not (a member not starting on a 256-element boundary, the Huffman form: decoded and
+//! given to the twin); and both must be within rounding distance of an f64 reference computed on
+//! the host. On the CPU the same comparisons run through the CPU path.
+
+mod common;
+
+use candle_core::{DType, Device, Module};
+use common::products::{bits, check_against_reference, random_x, unit_of};
+use df11_candle::{
+    encode_unit, fused_plan, set_matmul_path, synth, Df11Group, Df11Linear, ExponentForm,
+    FusedKernel, MatmulPath, UnitLayout,
+};
+use half::bf16;
+use rand::{Rng, SeedableRng};
+
+const BATCHES: [usize; 9] = [1, 2, 3, 8, 16, 17, 33, 64, 70];
+
+/// Checks every member of a unit of `shapes` in `form`: decode == original, fused == twin bit for
+/// bit, fused close to the reference, at every batch of [`BATCHES`].
+fn check_members(
+    shapes: &[(usize, usize)],
+    form: ExponentForm,
+    rng: &mut impl Rng,
+    device: &Device,
+) {
+    let (w, g) = unit_of(shapes, rng.gen(), device, form);
+    let mut at = 0;
+    for (i, &(rows, cols)) in shapes.iter().enumerate() {
+        let wm = &w[at..at + rows * cols];
+        at += rows * cols;
+        let fused = Df11Linear::new(g.clone(), i, rows, cols, None, DType::BF16).unwrap();
+        let twin = fused.clone().decoded().unwrap();
+        for batch in BATCHES {
+            if device.is_cuda() && cols % 256 == 0 {
+                assert_eq!(
+                    fused_plan(batch, cols, device),
+                    Some(FusedKernel::TensorCore)
+                );
+            }
+            let (xh, x) = random_x(rng, batch, cols, device);
+            let (ya, yb) = (fused.forward(&x).unwrap(), twin.forward(&x).unwrap());
+            let what = format!("member {i} [{rows}, {cols}] {form:?} batch {batch}");
+            assert!(bits(&ya) == bits(&yb), "{what}: DF11 differs from the twin");
+            check_against_reference(&ya, &xh, wm, rows, cols, &what);
+        }
+    }
+    g.check_status().unwrap();
+}
+
+#[test]
+fn tensor_core_products_agree_with_the_twin_and_the_reference() {
+    set_matmul_path(MatmulPath::Fused);
+    let device = common::device();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
+    // Rows aligned to the packed form's 2048-element chunks (base 0, columns a multiple of 2048).
+    let aligned = [(16, 4096), (8, 2048)];
+    // 13 and 5 rows (a partial row group), 768 columns (one partial chunk), 2048-column rows
+    // starting mid-chunk (base 9472), 5120 columns (two and a half chunks).
+    let unaligned = [(13, 256), (8, 768), (24, 2048), (5, 5120)];
+    // Members not on a 256-element boundary (after a 40-element one): decoded for the twin.
+    let off_boundary = [(1, 40), (9, 512), (3, 1280)];
+    for form in [ExponentForm::Packed, ExponentForm::Huffman] {
+        for shapes in [&aligned[..], &unaligned[..], &off_boundary[..]] {
+            check_members(shapes, form, &mut rng, &device);
+        }
+    }
+}
+
+#[test]
+fn tensor_core_products_with_many_escapes_agree_with_the_twin() {
+    set_matmul_path(MatmulPath::Fused);
+    let device = common::device();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
+    // ~6% of the weights scaled down by 2^-8..2^-19: a lane often has more than the 8 escapes it
+    // fetches at once; 2304-column rows start mid-chunk (escapes counted across two chunks).
+    let (rows, cols) = (21, 2304);
+    let mut w = synth::normal_bf16(rows * cols, 0.02, rng.gen());
+    for v in &mut w {
+        if rng.gen_bool(0.06) {
+            *v = bf16::from_f32(v.to_f32() * (-(rng.gen_range(8..20) as f32)).exp2());
+        }
+    }
+    let enc = encode_unit(&[bytemuck::cast_slice(&w)]).unwrap();
+    let t = enc.tensors();
+    let layout = UnitLayout::validate(&t).unwrap();
+    let names = vec!["escapes.weight".to_string()];
+    let g = Df11Group::new_with_form("escapes", names, &t, layout, &device, ExponentForm::Packed)
+        .unwrap();
+    assert_eq!(g.is_packed(), device.is_cuda(), "the unit should pack");
+    let fused = Df11Linear::new(g.clone(), 0, rows, cols, None, DType::BF16).unwrap();
+    let twin = fused.clone().decoded().unwrap();
+    for batch in BATCHES {
+        let (xh, x) = random_x(&mut rng, batch, cols, &device);
+        let (ya, yb) = (fused.forward(&x).unwrap(), twin.forward(&x).unwrap());
+        let what = format!("many escapes, batch {batch}");
+        assert!(bits(&ya) == bits(&yb), "{what}: DF11 differs from the twin");
+        check_against_reference(&ya, &xh, &w, rows, cols, &what);
+    }
+    g.check_status().unwrap();
+}
