@@ -156,7 +156,8 @@ fn without_generation_blocks(source: &str) -> String {
     while let Some(start) = rest.find("{%") {
         out.push_str(&rest[..start]);
         let tag = &rest[start..];
-        let Some(end) = tag.find("%}") else {
+        // The closing `%}` after the opening `{%` (in `{%}` they share the `%`).
+        let Some(end) = tag[2..].find("%}").map(|e| e + 2) else {
             break;
         };
         let inner = &tag[2..end];
@@ -297,6 +298,16 @@ mod tests {
             without_generation_blocks("{%- generation %}{{ '%}' }}{%endgeneration-%}{% if x %}"),
             "{%- if true %}{{ '%}' }}{% endif -%}{% if x %}"
         );
+    }
+
+    /// Found by the `chat_template` fuzz target: `{%}` made the rewrite slice `tag[2..1]`.
+    #[test]
+    fn overlapping_tag_delimiters_are_an_error_not_a_panic() {
+        assert_eq!(without_generation_blocks("{%}"), "{%}");
+        assert_eq!(without_generation_blocks("a{%}b%}c"), "a{%}b%}c");
+        for src in ["{%}", "\u{be} x }} {%}}\0if %}", "{%-}", "{%+%}"] {
+            assert!(ChatTemplate::new(src.into(), String::new(), String::new()).is_err());
+        }
     }
 
     #[test]
