@@ -35,6 +35,11 @@ pub struct Pattern {
 impl Pattern {
     /// Builds a pattern; the key is matched with Python `re.fullmatch` semantics.
     pub fn new(key: &str, members: Vec<String>) -> std::result::Result<Self, String> {
+        // The key must be a regex on its own: `a)|(b` is not, but `^(?:a)|(b)$` is, and would
+        // match every name starting with `a` (Python's `re.fullmatch` refuses such a key).
+        regex_syntax::ast::parse::Parser::new()
+            .parse(key)
+            .map_err(|e| format!("pattern `{key}` is not a valid regex: {e}"))?;
         let regex = Regex::new(&format!("^(?:{key})$"))
             .map_err(|e| format!("pattern `{key}` is not a valid regex: {e}"))?;
         Ok(Self {
@@ -319,6 +324,19 @@ mod tests {
         // Only the unescaped form accepts other characters where the dots are.
         assert!(a.is_match("model_layers_1"));
         assert!(!b.is_match("model_layers_1"));
+    }
+
+    /// Found writing the `config` fuzz target (which checks it): a key that only parses once
+    /// wrapped in `^(?:...)$` escaped the anchors (`lm_head)|(x` matched every name starting
+    /// with `lm_head`).
+    #[test]
+    fn keys_that_are_not_regexes_on_their_own_are_refused() {
+        for key in ["lm_head)|(x", "a)|(?:b", "(?:a", "a)", ")("] {
+            let e = Pattern::new(key, vec![]).unwrap_err();
+            assert!(e.contains("not a valid regex"), "{key}: {e}");
+        }
+        let v: Value = serde_json::json!({"lm_head)|(model.layers.\\d+": []});
+        assert!(PatternDict::from_json(&v).is_err());
     }
 
     #[test]
