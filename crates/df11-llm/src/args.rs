@@ -198,6 +198,10 @@ pub struct CommonArgs {
     #[arg(short = 'n', long, default_value_t = 1024)]
     pub max_new_tokens: usize,
 
+    /// Keep generating past end-of-sequence tokens, up to --max-new-tokens (benchmarks, soaks).
+    #[arg(long)]
+    pub ignore_eos: bool,
+
     /// Print JSON on stdout instead of the streamed text: one object, or one line per prompt
     /// for a batch.
     #[arg(long)]

@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, Write};
 use std::sync::{mpsc, Arc};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tokenizers::Tokenizer;
@@ -16,6 +16,7 @@ use crate::chat::{ChatTemplate, Message};
 use crate::config::GenerationDefaults;
 use crate::error::{LlmError, Result};
 use crate::generate::{generate, GenerationParams};
+use crate::interrupt;
 use crate::report::report;
 use crate::sampling::SamplingParams;
 use crate::serving::{Event, FinishReason, Metrics, Request, Scheduler};
@@ -134,22 +135,36 @@ fn load(archs: &[ArchInfo], args: &CommonArgs, show_progress: bool) -> Result<(A
 
 /// One prompt: streamed text and a report, or one JSON object.
 fn run_one(archs: &[ArchInfo], args: &CommonArgs, prompt: &str) -> Result<()> {
+    interrupt::install();
     let (_, mut loaded) = load(archs, args, !args.json)?;
     let prompt = prompt_ids(&loaded, prompt, !args.no_chat_template, args.thinking)?;
     let params = GenerationParams {
         max_new_tokens: args.max_new_tokens,
-        eos_token_ids: loaded.defaults.eos_token_ids.clone(),
+        eos_token_ids: eos_ids(args, &loaded.defaults),
         sampling: sampling_params(args, &loaded.defaults),
     };
     let stream = !args.json;
-    let mut on_text = |piece: &str| if stream { stdout_write(piece) } else { Ok(()) };
+    let mut on_text = |piece: &str| {
+        interrupt::check()?;
+        if stream {
+            stdout_write(piece)
+        } else {
+            Ok(())
+        }
+    };
+    let generating = interrupt::Generating::start();
     let generation = generate(
         &mut loaded.model,
         &loaded.tokenizer,
         &prompt,
         &params,
         &mut on_text,
-    )?;
+    );
+    drop(generating);
+    if let Err(LlmError::Interrupted) = generation {
+        println!();
+    }
+    let generation = generation?;
     if args.json {
         let json =
             serde_json::to_string(&generation).map_err(|e| LlmError::Usage(e.to_string()))?;
@@ -161,6 +176,15 @@ fn run_one(archs: &[ArchInfo], args: &CommonArgs, prompt: &str) -> Result<()> {
     Ok(())
 }
 
+/// The end-of-sequence tokens a generation stops at: the model's, none with `--ignore-eos`.
+fn eos_ids(args: &CommonArgs, defaults: &GenerationDefaults) -> Vec<u32> {
+    if args.ignore_eos {
+        Vec::new()
+    } else {
+        defaults.eos_token_ids.clone()
+    }
+}
+
 /// Starts the scheduler on the model of `args` (loaded on its thread) with `max_batch` slots.
 fn start_scheduler(
     archs: &[ArchInfo],
@@ -168,10 +192,15 @@ fn start_scheduler(
     max_batch: usize,
     max_queue: usize,
 ) -> Result<(Scheduler, crate::serving::ModelInfo)> {
+    interrupt::install();
     let archs = archs.to_vec();
     let loader_args = args.clone();
     Scheduler::start(
-        Box::new(move || load(&archs, &loader_args, !loader_args.json).map(|(_, l)| l)),
+        Box::new(move || {
+            let (_, mut loaded) = load(&archs, &loader_args, !loader_args.json)?;
+            loaded.defaults.eos_token_ids = eos_ids(&loader_args, &loaded.defaults);
+            Ok(loaded)
+        }),
         max_batch,
         max_queue,
         Arc::new(Metrics::default()),
@@ -211,13 +240,16 @@ struct BatchResult {
 }
 
 /// Waits for a request's end, collecting its text (and passing each piece to `on_text`).
+/// `Err(Interrupted)` on Ctrl-C (the caller drops `rx`, which cancels the request).
 fn collect(
     rx: &mpsc::Receiver<Event>,
     on_text: &mut dyn FnMut(&str) -> Result<()>,
 ) -> Result<(String, FinishReason, usize, Vec<u32>)> {
     let mut text = String::new();
     loop {
-        match rx.recv() {
+        interrupt::check()?;
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
             Ok(Event::Text(t)) => {
                 on_text(&t)?;
                 text.push_str(&t);
@@ -229,7 +261,9 @@ fn collect(
                 ..
             }) => return Ok((text, reason, prompt_tokens, tokens)),
             Ok(Event::Failed(e)) => return Err(LlmError::Usage(e)),
-            Err(_) => return Err(LlmError::Usage("the scheduler stopped".into())),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(LlmError::Usage("the scheduler stopped".into()))
+            }
         }
     }
 }
@@ -250,6 +284,7 @@ fn run_batch(archs: &[ArchInfo], args: &CommonArgs, prompts: Vec<String>) -> Res
         pending.push(submit(&scheduler, ids, args, &info.defaults)?);
     }
     let mut generated = 0;
+    let _generating = interrupt::Generating::start();
     for (i, (prompt, rx)) in prompts.into_iter().zip(pending).enumerate() {
         let (text, reason, prompt_tokens, tokens) = collect(&rx, &mut |_| Ok(()))?;
         generated += tokens.len();
@@ -300,11 +335,22 @@ fn run_chat(archs: &[ArchInfo], args: &CommonArgs) -> Result<()> {
         let started = Instant::now();
         let mut first: Option<Instant> = None;
         let rx = submit(&scheduler, ids, args, &info.defaults)?;
-        let (text, _, prompt_tokens, tokens) = collect(&rx, &mut |piece| {
+        let generating = interrupt::Generating::start();
+        let answer = collect(&rx, &mut |piece| {
             first.get_or_insert_with(Instant::now);
             stdout_write(piece)
-        })?;
+        });
+        drop((generating, rx));
         println!();
+        let (text, _, prompt_tokens, tokens) = match answer {
+            Err(LlmError::Interrupted) => {
+                // The question goes too: the conversation stays as it was before it.
+                messages.pop();
+                eprintln!("[interrupted: this answer is dropped]");
+                continue;
+            }
+            other => other?,
+        };
         let secs = started.elapsed().as_secs_f64();
         let ttft = first.map_or(secs, |f| (f - started).as_secs_f64());
         eprintln!(

@@ -59,6 +59,9 @@ pub enum LlmError {
     /// An error from candle.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
+    /// The user pressed Ctrl-C during a generation ([`crate::interrupt`]).
+    #[error("interrupted (Ctrl-C)")]
+    Interrupted,
 }
 
 impl LlmError {

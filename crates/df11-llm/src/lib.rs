@@ -24,6 +24,7 @@ pub mod error;
 pub mod generate;
 #[cfg(feature = "cuda")]
 pub mod graph;
+pub mod interrupt;
 pub mod kv_cache;
 pub mod memory;
 pub mod model;

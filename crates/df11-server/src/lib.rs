@@ -60,7 +60,9 @@ pub enum ServerError {
 }
 
 /// Loads the model with `load` (on the engine's own thread), binds, prints
-/// `listening on http://ADDR` to stderr and serves until the process ends.
+/// `listening on http://ADDR` to stderr and serves until Ctrl-C or SIGTERM: then it stops taking
+/// connections, lets the requests in flight finish and returns `Ok` (a second signal ends the
+/// process at once, with status 130).
 pub fn serve(
     config: ServerConfig,
     load: Box<dyn FnOnce() -> LlmResult<Loaded> + Send>,
@@ -93,7 +95,47 @@ pub fn serve(
             metrics,
         });
         axum::serve(listener, routes::router(app))
+            .with_graceful_shutdown(shutdown_signal())
             .await
-            .map_err(|e| io(&addr, e))
+            .map_err(|e| io(&addr, e))?;
+        eprintln!("server stopped");
+        Ok(())
     })
+}
+
+/// Resolves at the first Ctrl-C or SIGTERM, after arranging for the next one to end the process.
+async fn shutdown_signal() {
+    signal().await;
+    eprintln!(
+        "shutting down: no new connections; requests in flight finish (Ctrl-C again to stop now)"
+    );
+    tokio::spawn(async {
+        signal().await;
+        eprintln!("stopped");
+        std::process::exit(130);
+    });
+}
+
+/// The next Ctrl-C (SIGINT) or, on Unix, SIGTERM.
+async fn signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => ctrl_c.await,
+        }
+    }
+    #[cfg(not(unix))]
+    ctrl_c.await;
 }
