@@ -117,7 +117,9 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned("chat", without_generation_blocks(&source))?;
+        let source = without_generation_blocks(&source);
+        namespaces::check(&source)?;
+        env.add_template_owned("chat", source)?;
         Ok(Self {
             env,
             bos_token,
@@ -181,6 +183,11 @@ fn without_generation_blocks(source: &str) -> String {
     out.push_str(rest);
     out
 }
+
+/// Keeps a template from building a cycle of `namespace()` objects (see the module). A path
+/// relative to this file, so that the fuzz build, which compiles this file alone, finds it too.
+#[path = "chat/namespaces.rs"]
+mod namespaces;
 
 fn raise_exception(message: String) -> std::result::Result<String, Error> {
     Err(Error::new(ErrorKind::InvalidOperation, message))
@@ -308,6 +315,34 @@ mod tests {
         for src in ["{%}", "\u{be} x }} {%}}\0if %}", "{%-}", "{%+%}"] {
             assert!(ChatTemplate::new(src.into(), String::new(), String::new()).is_err());
         }
+    }
+
+    /// Found by the `chat_template` fuzz target: `{% set ns.n = ns %}{{ ns.n }}` made minijinja
+    /// recurse through the namespace until the stack overflowed (a process abort).
+    #[test]
+    fn namespaces_that_could_contain_namespaces_are_refused() {
+        let refused = [
+            "{% set ns = namespace(n=0) %}{% set ns.n = ns %}{{ ns.n }}",
+            "{% set a = namespace() %}{% set b = namespace() %}{% set a.x = b %}{% set b.x = a %}",
+            "{% set ns = namespace() %}{% set ns.l = [1, ns] %}",
+            "{% set ns = namespace() %}{% set alias = ns %}{% set ns.x = alias %}",
+            "{% set ns = namespace() %}{{ ns }}",
+            "{% set ns = namespace() %}{{ ns | tojson }}",
+            "{% set ns = namespace() %}{% for x in [ns] %}{% set ns.x = x %}{% endfor %}",
+            "{% set ns = namespace() %}{% macro m(a) %}{% set ns.a = a %}{% endmacro %}{{ m(ns) }}",
+            "{% set ns = namespace(inner=namespace()) %}",
+            "{% set f = namespace %}{% set ns = f() %}",
+            "{% with ns = namespace() %}{% set ns.x = ns %}{% endwith %}",
+        ];
+        for src in refused {
+            let err = ChatTemplate::new(src.into(), String::new(), String::new()).unwrap_err();
+            assert!(err.to_string().contains("namespace"), "{src}: {err}");
+        }
+        // The way chat templates use them: flags and counters read and set through attributes.
+        let src = "{% set ns = namespace(n=0, last=messages|length - 1, seen=false) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% if ns['last'] == loop.index0 %}{% set ns.seen = true %}{% endif %}{% endfor %}{{ ns.n }} {{ ns.seen }}";
+        let t = ChatTemplate::new(src.into(), String::new(), String::new()).unwrap();
+        let msgs = [Message::user("a"), Message::user("b")];
+        assert_eq!(t.render(&msgs, false, None).unwrap(), "2 True");
     }
 
     #[test]
