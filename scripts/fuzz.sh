@@ -4,7 +4,7 @@
 #
 #     bash scripts/fuzz.sh list                        # the targets
 #     bash scripts/fuzz.sh build                       # build every target
-#     bash scripts/fuzz.sh smoke [SECONDS]             # each target SECONDS (default 25) from its seeds (CI)
+#     bash scripts/fuzz.sh smoke [SECONDS]             # each target SECONDS (default 20) from its seeds (CI)
 #     bash scripts/fuzz.sh run TARGET [LIBFUZZER ARGS] # one target, its corpus kept in fuzz/corpus/TARGET
 #     bash scripts/fuzz.sh replay TARGET FILE...       # run inputs once (a crash, a corpus entry)
 #     bash scripts/fuzz.sh seeds                       # regenerate fuzz/seeds from tests/fixtures
@@ -17,7 +17,7 @@
 #   FUZZ_TOOLCHAIN  nightly (default when installed) or stable; stable builds without a sanitizer
 #   FUZZ_SANITIZER  address (default on nightly, as cargo-fuzz) or none
 #   FUZZ_PROFILE    release (default: optimised) or smoke (dependencies unoptimised: quick to build)
-#   FUZZ_JOBS       cargo -j (default 2)
+#   FUZZ_JOBS       cargo -j (default 2); CARGO_TARGET_DIR as cargo reads it (default fuzz/target)
 # The targets' temporary files go to a folder of their own (DF11_FUZZ_TMP), removed at the end.
 set -euo pipefail
 orig=$PWD
@@ -48,7 +48,7 @@ build() {
     --target "$triple" -j "$jobs" "${@:---bins}"
 }
 
-binary() { echo "target/$triple/$profile/$1"; }
+binary() { echo "${CARGO_TARGET_DIR:-target}/$triple/$profile/$1"; }
 
 # Runs target $1 with libFuzzer arguments $2...; new inputs go to the first corpus folder given.
 fuzz() {
@@ -76,7 +76,7 @@ case $cmd in
   list) printf '%s\n' "${targets[@]}" ;;
   build) build ;;
   smoke)
-    secs=${1:-25}
+    secs=${1:-20}
     start=$SECONDS
     build
     echo "fuzz smoke: built in $((SECONDS - start)) s"
@@ -116,7 +116,7 @@ case $cmd in
   seeds)
     # Built like the targets (it reuses their dependencies), run as an ordinary program.
     build --example make_seeds
-    "target/$triple/$profile/examples/make_seeds" seeds
+    "${CARGO_TARGET_DIR:-target}/$triple/$profile/examples/make_seeds" seeds
     ;;
   *)
     sed -n '2,24p' "$0"

@@ -12,7 +12,8 @@
 #   SERVE             `df11 serve` on a local folder: started, must answer /health, stopped;
 #   SKIP              `--features cuda`, `bash scripts/gpu-suite.sh`, `.gpu/...`: needs CUDA / a GPU;
 #                     `cargo test --workspace`: .ci/run runs the test suite itself;
-#                     `cargo bench`: the benches are long.
+#                     `cargo bench`: the benches are long;
+#                     `scripts/fuzz.sh`: .ci/run runs the fuzz smoke itself, long runs take hours.
 #   EXPECT-HUB-ERROR  a model binary (a crate of models/) run without `--model-dir`, or with
 #                     `--model-id`: it would download from the Hugging Face Hub. It runs with an
 #                     empty HF_HUB_CACHE and HF_ENDPOINT on a closed port (no download is faked or
@@ -115,6 +116,10 @@ classify() {
   fi
   if [[ $c =~ ^cargo\ bench( |$) ]]; then
     printf 'SKIP\tthe benches are long'
+    return
+  fi
+  if [[ $c == *"scripts/fuzz.sh"* ]]; then
+    printf 'SKIP\tCI runs the fuzz smoke itself (.ci/run); long fuzz runs take hours'
     return
   fi
   if [[ $c =~ ^cargo\ run\ .*(-p|--package)[\ =]([A-Za-z0-9_-]+) ]]; then

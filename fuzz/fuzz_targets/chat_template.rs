@@ -1,5 +1,5 @@
-//! The chat-template renderer (`df11_llm::ChatTemplate`, minijinja with transformers'
-//! settings): a template comes with an untrusted model folder and messages come from anyone
+//! The chat-template renderer (df11-llm's `ChatTemplate`, minijinja with transformers' settings;
+//! compiled from `chat.rs` by this crate's lib): a template comes with an untrusted model folder and messages come from anyone
 //! who reaches the server. First byte even: the rest is a template (hostile templates) rendered
 //! with a fixed conversation. Odd: the rest is a conversation (messages separated by 0x1e, the
 //! role before the first 0x1f of each) rendered with one of the fixture models' templates
@@ -9,7 +9,7 @@
 
 use std::sync::OnceLock;
 
-use df11_llm::{ChatTemplate, Message};
+use df11_fuzz::chat::{ChatTemplate, Message};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

@@ -1,10 +1,10 @@
-//! The server's request parser (`df11_server::api`): a request body, as `/v1/chat/completions`
+//! The server's request parser (df11-server's `api.rs`, compiled by this crate's lib): a request body, as `/v1/chat/completions`
 //! and `/v1/completions` read it, through `parse`, the sampling checks and the message / prompt
 //! checks. Anything may be refused, always as a 4xx `ApiError` whose body is OpenAI's error
 //! object; nothing may panic, and what is accepted is within the documented ranges.
 #![no_main]
 
-use df11_server::api::{parse, ApiError, ChatRequest, Checked, CompletionRequest};
+use df11_fuzz::api::{parse, ApiError, ChatRequest, Checked, CompletionRequest};
 use libfuzzer_sys::fuzz_target;
 
 const SERVED: &str = "df11";

@@ -1,7 +1,70 @@
 //! What the fuzz targets share: the byte format of a raw unit (the six tensors of a DF11 unit
-//! in one input), an independent reference decoder, and the fixture files the targets embed.
+//! in one input), an independent reference decoder, and the modules fuzzed from df11-llm and
+//! df11-server, compiled here from their own source files.
 
 use df11_candle::UnitTensors;
+
+/// df11-llm's `chat.rs`, as is. Depending on df11-llm would bring candle-transformers,
+/// tokenizers and hf-hub (with a TLS stack) into the fuzz build: two thirds of its time, which
+/// CI pays on every run. The file reads `crate::config::read_json` and `crate::error`, given by
+/// the two small modules below with the same signatures.
+#[path = "../../crates/df11-llm/src/chat.rs"]
+pub mod chat;
+
+/// df11-server's `api.rs` (request bodies and their checks), as is: it needs only serde.
+#[path = "../../crates/df11-server/src/api.rs"]
+pub mod api;
+
+/// What `chat.rs` takes from df11-llm's `config` module.
+mod config {
+    use std::path::Path;
+
+    use serde_json::Value;
+
+    use crate::error::{LlmError, Result};
+
+    /// Reads and parses a JSON file.
+    pub fn read_json(path: &Path) -> Result<Value> {
+        let text = std::fs::read_to_string(path).map_err(|e| LlmError::io(path, e))?;
+        serde_json::from_str(&text).map_err(|e| LlmError::Template(e.to_string()))
+    }
+}
+
+/// What `chat.rs` takes from df11-llm's `error` module.
+mod error {
+    use std::path::Path;
+
+    /// The subset of df11-llm's `LlmError` that `chat.rs` produces.
+    #[derive(Debug)]
+    pub enum LlmError {
+        /// A template error (as df11-llm formats it).
+        Template(String),
+        /// A file that could not be read.
+        Io(String),
+    }
+
+    impl LlmError {
+        pub fn io(path: &Path, e: std::io::Error) -> Self {
+            Self::Io(format!("{}: {e}", path.display()))
+        }
+    }
+
+    impl From<minijinja::Error> for LlmError {
+        fn from(e: minijinja::Error) -> Self {
+            Self::Template(format!("{e:#}"))
+        }
+    }
+
+    impl std::fmt::Display for LlmError {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self {
+                Self::Template(m) | Self::Io(m) => f.write_str(m),
+            }
+        }
+    }
+
+    pub type Result<T> = std::result::Result<T, LlmError>;
+}
 
 /// Names of a unit's six tensors, in the order a raw unit input holds them.
 pub const FIELDS: [&str; 6] = [
@@ -90,7 +153,7 @@ impl RawUnit {
 /// when a code does not resolve within four LUT levels or its length is 0.
 pub fn reference_exponents(stream: &[u8], luts: &[u8], n: usize) -> Option<(Vec<u8>, u64)> {
     let rows = luts.len() / 256;
-    if rows < 2 || luts.len() % 256 != 0 {
+    if rows < 2 || !luts.len().is_multiple_of(256) {
         return None;
     }
     let lengths = &luts[(rows - 1) * 256..];
