@@ -62,5 +62,6 @@ strip "$SUITE"/*-* "$SUITE/gpu_bench" "$SUITE/synth_model" "$SUITE/df11"
   && xargs rm -f < bins.txt && rm bins.txt)
 cp scripts/gpu-suite-run.sh "$SUITE/run.sh"
 cp scripts/gpu-e2e-run.sh "$SUITE/e2e.sh"
+cp scripts/gpu-soak.sh "$SUITE/soak.sh"
 du -sh "$SUITE"
 echo "now run on the GPU machine: bash $SUITE/run.sh   (device tool, carry [\".gpu\"])"

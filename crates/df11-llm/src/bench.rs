@@ -58,6 +58,8 @@ pub struct BenchResult {
     pub peak_bytes: Option<u64>,
     /// The greedy tokens of the first sequence (so the DF11 and BF16 runs can be compared).
     pub tokens: Vec<u32>,
+    /// The greedy tokens of every sequence, in batch order.
+    pub all_tokens: Vec<Vec<u32>>,
 }
 
 /// A tiny xorshift generator: the prompt only needs to be reproducible.
@@ -153,7 +155,7 @@ pub fn measure(
     peak.sample();
 
     // The first decode step captures the step's CUDA graph: it is not timed.
-    let mut tokens = vec![next[0]];
+    let mut all_tokens: Vec<Vec<u32>> = next.iter().map(|&t| vec![t]).collect();
     let mut t = Instant::now();
     for i in 0..=opts.decode_tokens {
         if i == 1 {
@@ -163,7 +165,9 @@ pub fn measure(
         let ids = Tensor::new(next.as_slice(), &opts.device)?.reshape((b, 1))?;
         let logits = forward(&ids, opts.prompt_tokens + i)?;
         next = argmax(&logits)?;
-        tokens.push(next[0]);
+        for (row, &t) in all_tokens.iter_mut().zip(&next) {
+            row.push(t);
+        }
     }
     let decode_s = t.elapsed().as_secs_f64();
     peak.sample();
@@ -175,6 +179,7 @@ pub fn measure(
         decode_tok_s: (b * opts.decode_tokens) as f64 / decode_s,
         decode_ms_per_step: decode_s * 1e3 / opts.decode_tokens.max(1) as f64,
         peak_bytes: peak.peak(),
-        tokens,
+        tokens: all_tokens.first().cloned().unwrap_or_default(),
+        all_tokens,
     })
 }
