@@ -186,9 +186,29 @@ pub fn load_arch(arch: &ArchInfo, opts: &LoadOptions) -> Result<Loaded> {
     } else {
         WeightFormat::Df11
     };
-    let weights = ModelWeights::open(&dir, format, &opts.device, opts.dtype)?;
+    // A model too large for the GPU fails here, naming the sizes, not deep inside an upload.
+    let needed = crate::memory::weight_file_bytes(&dir);
+    let device_name = match opts.device.location() {
+        candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
+        other => format!("{other:?}"),
+    };
+    let out_of_memory = |e: LlmError| match crate::memory::device_memory(&opts.device) {
+        Some((free, total)) if crate::memory::is_out_of_memory(&e) => LlmError::OutOfMemory {
+            path: dir.clone(),
+            device: device_name.clone(),
+            needed,
+            free,
+            total,
+        },
+        _ => e,
+    };
+    if let Some((free, total)) = crate::memory::device_memory(&opts.device) {
+        crate::memory::check_fits(&dir, &device_name, needed, free, total)?;
+    }
+    let weights = ModelWeights::open(&dir, format, &opts.device, opts.dtype)
+        .map_err(|e| out_of_memory(e.into()))?;
     let bar = LoadBar::new(0, opts.show_progress);
-    let mut model = (arch.build)(&config, &weights, &bar)?;
+    let mut model = (arch.build)(&config, &weights, &bar).map_err(out_of_memory)?;
     bar.finish();
     model.set_options(opts.decode.clone())?;
     Ok(Loaded {

@@ -62,6 +62,20 @@ pub enum LlmError {
     /// The user pressed Ctrl-C during a generation ([`crate::interrupt`]).
     #[error("interrupted (Ctrl-C)")]
     Interrupted,
+    /// The model does not fit in the GPU's memory ([`crate::memory::check_fits`]).
+    #[error("{path}: out of GPU memory: loading needs at least {} (the weights), {device} has {} free of {}", gib(*.needed), gib(*.free), gib(*.total))]
+    OutOfMemory {
+        path: PathBuf,
+        device: String,
+        needed: u64,
+        free: u64,
+        total: u64,
+    },
+}
+
+/// `bytes` as GiB with two decimals.
+fn gib(bytes: u64) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 
 impl LlmError {

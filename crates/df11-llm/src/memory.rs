@@ -3,7 +3,11 @@
 //! pool reports nothing, the largest `total - free` seen by the driver at a sample point.
 //! `None` on the CPU.
 
+use std::path::Path;
+
 use candle_core::Device;
+
+use crate::error::{LlmError, Result};
 
 /// Tracks the peak device memory of one run.
 #[derive(Debug, Clone)]
@@ -83,6 +87,53 @@ fn driver_used_bytes(_device: &Device) -> Option<u64> {
     None
 }
 
+/// `(free, total)` bytes of the GPU `device`, as the driver reports them; `None` on the CPU.
+pub fn device_memory(device: &Device) -> Option<(u64, u64)> {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(dev) = device {
+        use candle_core::cuda_backend::cudarc::driver::result;
+        dev.cuda_stream().context().bind_to_thread().ok()?;
+        let (free, total) = result::mem_get_info().ok()?;
+        return Some((free as u64, total as u64));
+    }
+    let _ = device;
+    None
+}
+
+/// Bytes of the weight files (`*.safetensors`) in `dir`: what a model's weights take at least
+/// once loaded (the device forms of DF11 are a little larger than the stream, never smaller).
+pub fn weight_file_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "safetensors"))
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// `Err(OutOfMemory)` naming both sizes when `needed` bytes exceed the `free` ones of a device
+/// with `total`; checked before loading, so that a model too large fails at once and clearly.
+pub fn check_fits(path: &Path, device: &str, needed: u64, free: u64, total: u64) -> Result<()> {
+    if needed > free {
+        return Err(LlmError::OutOfMemory {
+            path: path.to_path_buf(),
+            device: device.to_string(),
+            needed,
+            free,
+            total,
+        });
+    }
+    Ok(())
+}
+
+/// Whether `e` is the CUDA driver's out-of-memory error (however candle wrapped it).
+pub fn is_out_of_memory(e: &LlmError) -> bool {
+    let text = format!("{e:?}");
+    text.contains("CUDA_ERROR_OUT_OF_MEMORY") || text.contains("OutOfMemory")
+}
+
 #[cfg(not(feature = "cuda"))]
 fn pool_peak_bytes(_device: &Device) -> Option<u64> {
     None
@@ -95,5 +146,31 @@ mod tests {
     #[test]
     fn none_on_cpu() {
         assert_eq!(PeakMemory::new(&Device::Cpu).peak(), None);
+        assert_eq!(device_memory(&Device::Cpu), None);
+    }
+
+    #[test]
+    fn a_model_too_large_names_both_sizes() {
+        let dir = Path::new("/models/big");
+        let gib = 1u64 << 30;
+        assert!(check_fits(dir, "cuda:0", 10 * gib, 11 * gib, 80 * gib).is_ok());
+        let e = check_fits(dir, "cuda:0", 12 * gib + gib / 2, 11 * gib, 80 * gib).unwrap_err();
+        assert!(is_out_of_memory(&e));
+        assert_eq!(
+            e.to_string(),
+            "/models/big: out of GPU memory: loading needs at least 12.50 GiB (the weights), \
+             cuda:0 has 11.00 GiB free of 80.00 GiB"
+        );
+        assert!(!is_out_of_memory(&LlmError::Interrupted));
+    }
+
+    #[test]
+    fn weight_files_are_summed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.safetensors"), [0u8; 100]).unwrap();
+        std::fs::write(dir.path().join("b.safetensors"), [0u8; 23]).unwrap();
+        std::fs::write(dir.path().join("config.json"), [0u8; 1000]).unwrap();
+        assert_eq!(weight_file_bytes(dir.path()), 123);
+        assert_eq!(weight_file_bytes(&dir.path().join("missing")), 0);
     }
 }
