@@ -89,7 +89,7 @@ case $cmd in
         echo "fuzz smoke: $t FAILED (the input is in fuzz/artifacts/$t/)"
         exit 1
       fi
-      grep -E '^#[0-9]+ +DONE' "$corpus.log" || true
+      grep -E '^#[0-9]+[[:space:]]+DONE' "$corpus.log" || true
       rm -rf "$corpus" "$corpus.log"
     done
     echo "fuzz smoke: ${#targets[@]} targets OK ($((SECONDS - start)) s with the build)"
