@@ -51,7 +51,14 @@ mod error {
 
     impl From<minijinja::Error> for LlmError {
         fn from(e: minijinja::Error) -> Self {
-            Self::Template(format!("{e:#}"))
+            // As df11-llm's `template_error_text`.
+            let mut text = e.to_string();
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                text.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            Self::Template(text)
         }
     }
 

@@ -345,6 +345,20 @@ mod tests {
         assert_eq!(t.render(&msgs, false, None).unwrap(), "2 True");
     }
 
+    /// Found by the `chat_template` fuzz target: the error of this render carries a source span
+    /// that ends before it starts, and minijinja's alternate error form (with a source excerpt)
+    /// panicked drawing it (`"^".repeat(end - start)`).
+    #[test]
+    fn errors_with_broken_spans_are_reported_not_panicked() {
+        let src = "{% for   in messages %}{% endfor %}";
+        let t = ChatTemplate::new(src.into(), String::new(), String::new()).unwrap();
+        let err = t.render(&[Message::user("a")], false, None).unwrap_err();
+        assert!(
+            matches!(err, LlmError::Template(ref m) if m.contains("chat:1")),
+            "{err}"
+        );
+    }
+
     #[test]
     fn raise_exception_is_an_error() {
         let src = "{{ raise_exception('only user turns') }}";

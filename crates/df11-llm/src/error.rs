@@ -112,7 +112,20 @@ impl From<tokenizers::Error> for LlmError {
 
 impl From<minijinja::Error> for LlmError {
     fn from(e: minijinja::Error) -> Self {
-        // The alternate form includes the template line and the cause chain.
-        Self::Template(format!("{e:#}"))
+        Self::Template(template_error_text(&e))
     }
+}
+
+/// A template error's text: the message with the template's name and line, then its causes.
+/// Not minijinja's alternate form, which adds an excerpt of the source: minijinja 2.24 panics
+/// drawing some excerpts (a span that ends before it starts: `"^".repeat(end - start)`; found
+/// by the `chat_template` fuzz target).
+fn template_error_text(e: &minijinja::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
 }
