@@ -1,6 +1,6 @@
 //! The server's request parser (df11-server's `api.rs`, compiled by this crate's lib): a request body, as `/v1/chat/completions`
 //! and `/v1/completions` read it, through `parse`, the sampling checks and the message / prompt
-//! checks. Anything may be refused, always as a 4xx `ApiError` whose body is OpenAI's error
+//! checks (and the chat template's `enable_thinking`). Anything may be refused, always as a 4xx `ApiError` whose body is OpenAI's error
 //! object; nothing may panic, and what is accepted is within the documented ranges.
 #![no_main]
 
@@ -39,6 +39,9 @@ fuzz_target!(|data: &[u8]| {
                     }
                 }
                 Err(e) => refused(e),
+            }
+            if let Err(e) = r.enable_thinking() {
+                refused(e);
             }
         }
         Err(e) => refused(e),

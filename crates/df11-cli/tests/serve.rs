@@ -32,7 +32,11 @@ impl Drop for Server {
 /// Starts `df11 serve` on the qwen3-tiny fixture on a free port with `extra` flags, and waits
 /// for its `listening on` line.
 fn serve(extra: &[&str]) -> Server {
-    let dir = model_dir("qwen3-tiny", "df11");
+    serve_in(&model_dir("qwen3-tiny", "df11"), extra)
+}
+
+/// [`serve`] on the model folder `dir`.
+fn serve_in(dir: &Path, extra: &[&str]) -> Server {
     let mut child = Command::new(df11())
         .args([
             "serve",
@@ -65,7 +69,11 @@ fn serve(extra: &[&str]) -> Server {
 
 /// `df11 run` on the fixture with `args`, greedy, 12 tokens, its stdout.
 fn run(args: &[&str]) -> String {
-    let dir = model_dir("qwen3-tiny", "df11");
+    run_in(&model_dir("qwen3-tiny", "df11"), args)
+}
+
+/// [`run`] on the model folder `dir`.
+fn run_in(dir: &Path, args: &[&str]) -> String {
     let out = Command::new(df11())
         .args(["run", "--model-dir", dir.to_str().unwrap(), "--cpu"])
         .args([
@@ -156,8 +164,8 @@ fn several_prompts_run_as_one_batch_with_the_single_runs_answers() {
     }
 }
 
-#[test]
-fn chat_keeps_the_conversation_and_reports_each_turn() {
+/// `df11 chat` on the fixture with a context of `context` positions, fed `input`.
+fn chat(context: &str, input: &[u8]) -> std::process::Output {
     let dir = model_dir("qwen3-tiny", "df11");
     let mut child = Command::new(df11())
         .args([
@@ -168,19 +176,34 @@ fn chat_keeps_the_conversation_and_reports_each_turn() {
             "--temperature",
             "0",
         ])
-        .args(["-n", "12", "--max-context", "256"])
+        .args(["-n", "12", "--max-context", context])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"Hello\nAnd then?\n\n")
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// A conversation longer than the context loses its oldest exchanges and goes on; a message
+/// longer than the context alone is dropped with a note, and the chat goes on.
+#[test]
+fn chat_outgrowing_the_context_drops_the_oldest_exchanges() {
+    let long = "word ".repeat(80);
+    let input = format!("Hello\nAnd then?\nWhat next?\n{long}\nBye\n\n");
+    let out = chat("40", input.as_bytes());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("oldest exchange is dropped"), "{stderr}");
+    assert!(stderr.contains("this message alone takes"), "{stderr}");
+    let turns = stderr.lines().filter(|l| l.contains("tok/s")).count();
+    assert_eq!(turns, 4, "{stderr}");
+}
+
+#[test]
+fn chat_keeps_the_conversation_and_reports_each_turn() {
+    let out = chat("256", b"Hello\nAnd then?\n\n");
     assert!(
         out.status.success(),
         "{}",
@@ -211,4 +234,65 @@ fn chat_keeps_the_conversation_and_reports_each_turn() {
         "{stdout:?} vs {:?}",
         alone["text"]
     );
+}
+
+/// `POST url/path` with a JSON body (HTTP/1.1 over a plain socket); the response's JSON body.
+fn post(url: &str, path: &str, body: &Value) -> Value {
+    use std::io::Read;
+    let host = url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(host).expect("the server accepts");
+    let body = body.to_string();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, json) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{response}");
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"))
+}
+
+/// A template that tests `enable_thinking` (as Qwen3's does) gives the same prompt in `df11
+/// serve` as in `df11 run`: thinking off by default (the template adds an empty think block),
+/// on with `chat_template_kwargs.enable_thinking` / `--thinking`.
+#[test]
+fn the_server_renders_the_cli_s_prompt_with_a_thinking_template() {
+    let dir = df11_llm::testing::copy_fixture(&model_dir("qwen3-tiny", "df11"), "", |_| {});
+    let path = dir.path().join("tokenizer_config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    config["chat_template"] = Value::from(
+        "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + \
+         message.content + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}\
+         {{- '<|im_start|>assistant\\n' }}{%- if enable_thinking is defined and enable_thinking \
+         is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}",
+    );
+    std::fs::write(&path, config.to_string()).unwrap();
+    let server = serve_in(dir.path(), &[]);
+    let mut lengths = Vec::new();
+    for thinking in [false, true] {
+        let mut args = vec!["--prompt", "Hello"];
+        if thinking {
+            args.push("--thinking");
+        }
+        let cli: Value = serde_json::from_str(run_in(dir.path(), &args).trim()).unwrap();
+        let cli_len = cli["prompt_tokens"].as_array().unwrap().len();
+        let mut request = serde_json::json!({"model": "tiny", "max_tokens": 1, "temperature": 0,
+            "messages": [{"role": "user", "content": "Hello"}]});
+        if thinking {
+            request["chat_template_kwargs"] = serde_json::json!({"enable_thinking": true});
+        }
+        let answer = post(&server.url, "/v1/chat/completions", &request);
+        assert_eq!(
+            answer["usage"]["prompt_tokens"].as_u64(),
+            Some(cli_len as u64),
+            "thinking {thinking}: {answer}"
+        );
+        lengths.push(cli_len);
+    }
+    // The template tells the two apart, so the comparison above can fail.
+    assert!(lengths[0] > lengths[1], "{lengths:?}");
 }

@@ -325,13 +325,39 @@ fn run_chat(archs: &[ArchInfo], args: &CommonArgs) -> Result<()> {
             break;
         }
         messages.push(Message::user(line));
-        let ids = conversation_ids(
-            &info.tokenizer,
-            info.chat_template.as_ref(),
-            &messages,
-            !args.no_chat_template,
-            args.thinking,
-        )?;
+        // A conversation that outgrows the context loses its oldest exchanges (and only
+        // those): the prompt must leave a position to answer in.
+        let ids = loop {
+            let ids = conversation_ids(
+                &info.tokenizer,
+                info.chat_template.as_ref(),
+                &messages,
+                !args.no_chat_template,
+                args.thinking,
+            )?;
+            if ids.len() < info.max_context || messages.len() == 1 {
+                break ids;
+            }
+            messages.remove(0);
+            if messages.first().is_some_and(|m| m.role == "assistant") {
+                messages.remove(0);
+            }
+            eprintln!(
+                "[the conversation outgrew the context of {} positions: its oldest exchange is \
+                 dropped]",
+                info.max_context
+            );
+        };
+        if ids.len() >= info.max_context {
+            eprintln!(
+                "[this message alone takes {} tokens, more than the context of {} positions \
+                 leaves room for (--max-context): it is dropped]",
+                ids.len(),
+                info.max_context
+            );
+            messages.pop();
+            continue;
+        }
         let started = Instant::now();
         let mut first: Option<Instant> = None;
         let rx = submit(&scheduler, ids, args, &info.defaults)?;

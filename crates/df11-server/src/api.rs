@@ -128,6 +128,8 @@ pub struct Sampling {
 pub struct ChatRequest {
     /// The conversation.
     pub messages: Vec<ChatMessage>,
+    /// Extra values for the chat template (as vLLM takes them): `enable_thinking` is read.
+    pub chat_template_kwargs: Option<Value>,
     /// The rest.
     #[serde(flatten)]
     pub sampling: Sampling,
@@ -253,7 +255,8 @@ impl Sampling {
             max_tokens,
             temperature,
             top_p: self.top_p,
-            seed: self.seed.unwrap_or(299_792_458),
+            // No seed: a fresh one, so that sampled answers differ as OpenAI's do.
+            seed: self.seed.unwrap_or_else(fresh_seed),
             stop,
             stream: self.stream,
             include_usage,
@@ -262,6 +265,28 @@ impl Sampling {
 }
 
 impl ChatRequest {
+    /// The chat template's `enable_thinking`: `chat_template_kwargs.enable_thinking`, else off
+    /// (as `df11 run` without `--thinking`: a template that tests the flag gets `false`).
+    pub fn enable_thinking(&self) -> Result<bool, ApiError> {
+        let Some(kwargs) = &self.chat_template_kwargs else {
+            return Ok(false);
+        };
+        if !kwargs.is_object() {
+            return Err(ApiError::invalid(
+                "chat_template_kwargs",
+                "chat_template_kwargs must be an object",
+            ));
+        }
+        match kwargs.get("enable_thinking") {
+            None | Some(Value::Null) => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(ApiError::invalid(
+                "chat_template_kwargs",
+                "chat_template_kwargs.enable_thinking must be a boolean",
+            )),
+        }
+    }
+
     /// The messages as `(role, text)`, checked: at least one, known roles, text content.
     pub fn messages(&self) -> Result<Vec<(String, String)>, ApiError> {
         if self.messages.is_empty() {
@@ -321,6 +346,15 @@ impl CompletionRequest {
     }
 }
 
+/// A seed no other request is likely to get (std only: this file is also fuzzed on its own).
+fn fresh_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    h.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,9 +378,34 @@ mod tests {
         assert_eq!(c.max_tokens, Some(5));
         assert_eq!(c.stop, vec!["x".to_string()]);
         assert!(c.stream && c.include_usage);
-        let (_, c) =
+        let (r, c) =
             chat(json!({"model": "m", "messages": [{"role": "user", "content": "a"}]})).unwrap();
         assert_eq!((c.max_tokens, c.temperature), (None, 1.0));
+        assert!(!r.enable_thinking().unwrap());
+        // Without a seed, each request draws its own.
+        let (_, c2) =
+            chat(json!({"model": "m", "messages": [{"role": "user", "content": "a"}]})).unwrap();
+        assert_ne!(c.seed, c2.seed);
+        let (_, c) = chat(json!({"model": "m", "seed": 7,
+            "messages": [{"role": "user", "content": "a"}]}))
+        .unwrap();
+        assert_eq!(c.seed, 7);
+    }
+
+    #[test]
+    fn thinking_is_read_from_chat_template_kwargs() {
+        let msgs = json!([{"role": "user", "content": "a"}]);
+        let thinking = |kwargs: Value| {
+            chat(json!({"model": "m", "messages": msgs, "chat_template_kwargs": kwargs}))
+                .unwrap()
+                .0
+                .enable_thinking()
+        };
+        assert!(thinking(json!({"enable_thinking": true})).unwrap());
+        assert!(!thinking(json!({"enable_thinking": false})).unwrap());
+        assert!(!thinking(json!({"other": 1})).unwrap());
+        assert!(thinking(json!({"enable_thinking": "yes"})).is_err());
+        assert!(thinking(json!([1])).is_err());
     }
 
     #[test]

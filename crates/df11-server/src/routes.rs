@@ -148,8 +148,11 @@ async fn chat(State(app): AppState, headers: HeaderMap, body: Body) -> Response 
                 "the model has no chat template: use /v1/completions",
             )
         })?;
+        // Thinking off unless the request asks (as `df11 run` without --thinking), so a
+        // template that tests `enable_thinking` renders the same prompt as the CLI's.
+        let thinking = request.enable_thinking()?;
         let text = template
-            .render(&messages, true, None)
+            .render(&messages, true, Some(thinking))
             .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
         let ids = encode(&app.info.tokenizer, &text, false)
             .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
