@@ -7,6 +7,9 @@
 # through stock candle-transformers' Qwen3 (--stock): batch 1 and 8 at context 512, batch 1 at
 # context 8192, and DF11 without the CUDA graph. E2E_QUICK=1 runs batch 1 at context 512 only;
 # E2E_BATCHES="1 8 32" sets the batches at context 512; E2E_NO_LONG=1 skips context 8192.
+# With two GPUs or more, the DF11 model split over GPUs 0 and 1 (batch 1 and 8); and CPU
+# offload (--max-gpu-memory 6GB), next to the official runtime's cpu_offload=True when its
+# wheels are in .whl/ (scripts/fetch-official-wheels.sh; E2E_NO_OFFLOAD=1 skips both).
 set -uo pipefail
 LOG=${OUT:-/tmp/df11-e2e}
 BIN=/tmp/df11-suite-bin
@@ -47,6 +50,34 @@ if [ -z "${E2E_QUICK:-}${E2E_NO_LONG:-}" ]; then
     bench "$fmt b1 ctx8192" --model-dir "$WORK/$fmt" $flag --prompt-tokens 8192 --prefill-chunk 1024
   done
 fi
+# Several GPUs: the DF11 model split over GPUs 0 and 1 (layers balanced by free memory).
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+if [ "$gpus" -ge 2 ]; then
+  for batch in 1 8; do
+    bench "df11 b$batch ctx512 split" --model-dir "$WORK/df11" --batch "$batch" --devices 0,1
+  done
+else
+  echo "multi-GPU runs: skipped ($gpus GPU on this machine)"
+fi
+# CPU offload: the weights on the GPU kept within 6 GB; the official runtime offloading too.
+if [ -z "${E2E_NO_OFFLOAD:-}" ]; then
+  bench "df11 b1 ctx512 offload-6GB" --model-dir "$WORK/df11" --max-gpu-memory 6GB --decode-tokens 32
+  if ls .whl/dfloat11-*.whl > /dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --target /tmp/official-site .whl/*.whl \
+      > "$LOG/official-pip.log" 2>&1
+    for mode in "" "--cpu-offload"; do
+      label="official b1 ctx512${mode:+ offload}"
+      if out=$(PYTHONPATH=/tmp/official-site python3 scripts/official-bench.py "$WORK/df11" \
+          $mode --decode-tokens 32 2>> "$LOG/official.err"); then
+        echo "{\"run\": \"$label\", \"result\": $out}" >> "$LOG/bench.jsonl"
+      else
+        echo "official $mode failed"; tail -3 "$LOG/official.err"
+      fi
+    done
+  else
+    echo "official runtime: skipped (no .whl/dfloat11-*.whl: scripts/fetch-official-wheels.sh)"
+  fi
+fi
 # The server: the DF11 model behind `df11 serve`, 1, 8 and 32 concurrent streaming clients.
 if [ -z "${E2E_NO_SERVE:-}" ]; then
   "$BIN/df11" serve --model-dir "$WORK/df11" --port 18000 --max-batch 32 --max-context 1024 \
@@ -65,8 +96,10 @@ print(f"{'run':28} {'load s':>7} {'prefill tok/s':>14} {'decode tok/s':>13} {'ms
 for r in runs:
     x = r["result"]
     peak = x["peak_bytes"] / 1e9 if x["peak_bytes"] else float("nan")
+    per = x.get("peak_bytes_per_device") or []
+    each = " (" + " + ".join(f"{p / 1e9:.2f}" for p in per if p) + ")" if len(per) > 1 else ""
     print(f"{r['run']:28} {x['load_s']:7.2f} {x['prefill_tok_s']:14.0f} {x['decode_tok_s']:13.1f} "
-          f"{x['decode_ms_per_step']:8.2f} {peak:8.2f}")
+          f"{x['decode_ms_per_step']:8.2f} {peak:8.2f}{each}")
 by = {r["run"]: r["result"] for r in runs}
 ok = True
 for key in sorted(k for k in by if k.startswith("df11 ")):
@@ -80,5 +113,14 @@ for key in sorted(k for k in by if k.startswith("df11 ")):
         same = by[key]["tokens"] == by[key.replace(" no-graph", "")]["tokens"]
         ok &= same
         print(f"graph vs no graph: tokens {'==' if same else '!='}")
+    for suffix in (" split", " offload-6GB"):
+        if key.endswith(suffix) and key[: -len(suffix)] in by:
+            base = by[key[: -len(suffix)]]
+            a, b = by[key]["tokens"], base["tokens"]
+            n = min(len(a), len(b))  # the offload run decodes fewer steps
+            same = n > 0 and a[:n] == b[:n]
+            ok &= same
+            ratio = by[key]["decode_tok_s"] / base["decode_tok_s"]
+            print(f"{key[5:]}: tokens {'==' if same else '!='} one GPU's; decode {ratio:.3f}x")
 sys.exit(0 if ok else 1)
 PY

@@ -11,6 +11,14 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 
 summary=()
 fail=0
+# The multi-GPU part: each model's `split_layers_equal_one_device` splits over GPUs 0 and 1 when
+# the machine has two (peer copies, a graph per segment), else over two devices on GPU 0.
+gpus=$(grep -c . "$LOG/device.txt")
+if [ "$gpus" -ge 2 ]; then
+  summary+=("NOTE multi-GPU: $gpus GPUs, the split tests run over GPUs 0 and 1")
+else
+  summary+=("NOTE multi-GPU: 1 GPU, the split tests run over two devices on GPU 0 (no peer copies)")
+fi
 # SANITIZE=all ONLY_SANITIZE=1: the sanitizers only (no plain test run, no bench).
 [ -n "${ONLY_SANITIZE:-}" ] && : > /tmp/df11-no-tests || rm -f /tmp/df11-no-tests
 while read -r name crate; do
@@ -71,11 +79,15 @@ if command -v compute-sanitizer > /dev/null; then
       sanitize $tool step_kernels
       sanitize $tool df11_llm fused_cuda
       sanitize $tool model@models/qwen3-df11 decode_paths_agree
+      sanitize $tool model@models/qwen3-df11 "split_layers offloaded_layers"
     done
   fi
   sanitize memcheck step_kernels
   sanitize racecheck step_kernels
-else
+  # The split over devices (peer copies, a graph per segment) and offloaded layers (copies on
+  # the copy stream, staged and released around each layer) of one model.
+  sanitize memcheck model@models/qwen3-df11 "split_layers offloaded_layers"
+
   fail=1
   summary+=("FAIL memcheck: compute-sanitizer not found")
 fi

@@ -94,6 +94,8 @@
 pub mod codec;
 pub mod cuda;
 pub mod error;
+#[doc(hidden)]
+pub mod fixtures;
 pub mod format;
 pub mod nn;
 pub mod synth;

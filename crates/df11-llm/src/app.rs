@@ -12,6 +12,7 @@ use crate::chat::ChatTemplate;
 use crate::config::{GenerationDefaults, ModelConfig};
 use crate::error::{LlmError, Result};
 use crate::model::{DecodeOptions, DecoderModel};
+use crate::placement::{DeviceMap, Offload};
 use crate::progress::LoadBar;
 use crate::source::ModelSource;
 use crate::spec::ModelSpec;
@@ -55,8 +56,8 @@ pub struct ArchInfo {
     pub default_repo: &'static str,
     /// `Architecture::STOP_TOKENS`.
     pub stop_tokens: &'static [&'static str],
-    /// `Architecture::load`.
-    pub build: fn(&ModelConfig, &ModelWeights, &LoadBar) -> Result<DecoderModel>,
+    /// `Architecture::spec`.
+    pub spec: fn(&ModelConfig, &ModelWeights) -> Result<ModelSpec>,
 }
 
 impl ArchInfo {
@@ -67,7 +68,7 @@ impl ArchInfo {
             model_types: A::MODEL_TYPES,
             default_repo: A::DEFAULT_REPO,
             stop_tokens: A::STOP_TOKENS,
-            build: A::load,
+            spec: A::spec,
         }
     }
 }
@@ -79,8 +80,12 @@ pub struct LoadOptions {
     pub source: ModelSource,
     /// Read a plain BF16 folder instead of a DF11 one.
     pub bf16: bool,
-    /// The device.
+    /// The device (with `split`: the first of its devices, where the embedding runs).
     pub device: Device,
+    /// The layers split over several devices, or `None`: everything on `device`.
+    pub split: Option<DeviceMap>,
+    /// Layers whose compressed units stay in host memory, staged onto the device around use.
+    pub offload: Offload,
     /// The compute dtype.
     pub dtype: DType,
     /// Draw progress bars.
@@ -186,12 +191,20 @@ pub fn load_arch(arch: &ArchInfo, opts: &LoadOptions) -> Result<Loaded> {
     } else {
         WeightFormat::Df11
     };
+    if let Some(map) = &opts.split {
+        if !map
+            .devices
+            .first()
+            .is_some_and(|d| d.same_device(&opts.device))
+        {
+            return Err(LlmError::Usage(
+                "a split model's first device must be the load options' device".into(),
+            ));
+        }
+    }
     // A model too large for the GPU fails here, naming the sizes, not deep inside an upload.
     let needed = crate::memory::weight_file_bytes(&dir);
-    let device_name = match opts.device.location() {
-        candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
-        other => format!("{other:?}"),
-    };
+    let device_name = crate::placement::device_name(&opts.device);
     let out_of_memory = |e: LlmError| match crate::memory::device_memory(&opts.device) {
         Some((free, total)) if crate::memory::is_out_of_memory(&e) => LlmError::OutOfMemory {
             path: dir.clone(),
@@ -202,13 +215,19 @@ pub fn load_arch(arch: &ArchInfo, opts: &LoadOptions) -> Result<Loaded> {
         },
         _ => e,
     };
-    if let Some((free, total)) = crate::memory::device_memory(&opts.device) {
+    let single = opts.split.is_none() && opts.offload == Offload::None;
+    if let (true, Some((free, total))) = (single, crate::memory::device_memory(&opts.device)) {
         crate::memory::check_fits(&dir, &device_name, needed, free, total)?;
     }
     let weights = ModelWeights::open(&dir, format, &opts.device, opts.dtype)
         .map_err(|e| out_of_memory(e.into()))?;
+    let spec = (arch.spec)(&config, &weights)?;
+    // A split or offload is planned from each device's free memory and checked before any
+    // weight is put on a device.
+    let placement = DecoderModel::plan(&spec, &weights, opts.split.as_ref(), opts.offload)?;
     let bar = LoadBar::new(0, opts.show_progress);
-    let mut model = (arch.build)(&config, &weights, &bar).map_err(out_of_memory)?;
+    let mut model =
+        DecoderModel::load_placed(spec, &weights, placement, &bar).map_err(out_of_memory)?;
     bar.finish();
     model.set_options(opts.decode.clone())?;
     Ok(Loaded {

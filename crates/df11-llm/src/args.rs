@@ -53,8 +53,28 @@ pub struct ModelArgs {
     pub bf16: bool,
 
     /// Run on the CPU even when CUDA is available.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "devices")]
     pub cpu: bool,
+
+    /// CUDA devices to split the model's layers over, in order, e.g. `0,1` (the embedding on
+    /// the first, the output projection on the last) [default: 0].
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    pub devices: Vec<usize>,
+
+    /// How --devices share the layers: `auto` (balanced by each device's free memory) or a
+    /// layer count per device, e.g. `20,16`.
+    #[arg(long, default_value = "auto", requires = "devices")]
+    pub device_map: crate::placement::LayerSplit,
+
+    /// Keep the compressed units of the last N layers in host memory (pinned), copied to the
+    /// GPU one layer ahead of use (DF11 models).
+    #[arg(long, value_name = "N", conflicts_with = "max_gpu_memory")]
+    pub cpu_offload_layers: Option<usize>,
+
+    /// Offload as few last layers as keep the weights on the GPU within SIZE (e.g. `6GB`,
+    /// `6GiB`; DF11 models).
+    #[arg(long, value_name = "SIZE", value_parser = crate::placement::parse_size)]
+    pub max_gpu_memory: Option<u64>,
 
     /// Compute dtype [default: bf16 on CUDA, f32 on the CPU].
     #[arg(long, value_enum)]
@@ -127,12 +147,29 @@ impl ModelArgs {
         if let Some(form) = self.exponents {
             df11_candle::set_exponent_form(form);
         }
-        let device = crate::device::select_device(self.cpu)?;
+        let (device, split) = match self.devices.as_slice() {
+            [] => (crate::device::select_device(self.cpu)?, None),
+            ordinals => {
+                let devices = crate::device::cuda_devices(ordinals)?;
+                let map = crate::placement::DeviceMap {
+                    devices: devices.clone(),
+                    split: self.device_map.clone(),
+                };
+                (devices[0].clone(), (devices.len() > 1).then_some(map))
+            }
+        };
         let dtype = crate::device::select_dtype(self.dtype, &device);
+        let offload = match (self.cpu_offload_layers, self.max_gpu_memory) {
+            (Some(n), _) => crate::placement::Offload::Layers(n),
+            (None, Some(bytes)) => crate::placement::Offload::MaxDeviceBytes(bytes),
+            (None, None) => crate::placement::Offload::None,
+        };
         Ok(crate::LoadOptions {
             source: self.source(default_repo),
             bf16: self.bf16,
             device,
+            split,
+            offload,
             dtype,
             show_progress,
             decode: self.decode_options(),

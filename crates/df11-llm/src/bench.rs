@@ -21,8 +21,12 @@ pub struct BenchOptions {
     pub dir: std::path::PathBuf,
     /// Read it as a plain BF16 folder.
     pub bf16: bool,
-    /// Device and compute dtype.
+    /// The device (with `split`: the first of them).
     pub device: Device,
+    /// The layers split over several devices, or `None`.
+    pub split: Option<crate::placement::DeviceMap>,
+    /// Layers kept in host memory.
+    pub offload: crate::placement::Offload,
     /// Compute dtype.
     pub dtype: DType,
     /// Sequences decoded together (each gets its own random prompt).
@@ -54,8 +58,10 @@ pub struct BenchResult {
     pub decode_tok_s: f64,
     /// Milliseconds per decoding step.
     pub decode_ms_per_step: f64,
-    /// Peak device memory (bytes), when the device reports it.
+    /// Peak device memory (bytes, all devices together), when the devices report it.
     pub peak_bytes: Option<u64>,
+    /// Peak memory of each device, in order (one entry unless the model is split).
+    pub peak_bytes_per_device: Vec<Option<u64>>,
     /// The greedy tokens of the first sequence (so the DF11 and BF16 runs can be compared).
     pub tokens: Vec<u32>,
     /// The greedy tokens of every sequence, in batch order.
@@ -85,12 +91,17 @@ pub fn argmax(logits: &Tensor) -> Result<Vec<u32>> {
 
 /// Loads the model of architecture `A` from `opts.dir` and measures it.
 pub fn bench_model<A: Architecture>(opts: &BenchOptions) -> Result<BenchResult> {
-    let mut peak = PeakMemory::new(&opts.device);
+    let mut peak = match &opts.split {
+        Some(map) => PeakMemory::on_devices(&map.devices),
+        None => PeakMemory::new(&opts.device),
+    };
     let t = Instant::now();
     let mut loaded = load::<A>(&LoadOptions {
         source: ModelSource::Local(opts.dir.clone()),
         bf16: opts.bf16,
         device: opts.device.clone(),
+        split: opts.split.clone(),
+        offload: opts.offload,
         dtype: opts.dtype,
         show_progress: false,
         decode: DecodeOptions {
@@ -171,6 +182,7 @@ pub fn measure(
     }
     let decode_s = t.elapsed().as_secs_f64();
     peak.sample();
+    let peak_bytes_per_device = peak.peaks();
     Ok(BenchResult {
         format: format.into(),
         batch: b,
@@ -178,7 +190,12 @@ pub fn measure(
         prefill_tok_s: prompt.len() as f64 / prefill_s,
         decode_tok_s: (b * opts.decode_tokens) as f64 / decode_s,
         decode_ms_per_step: decode_s * 1e3 / opts.decode_tokens.max(1) as f64,
-        peak_bytes: peak.peak(),
+        peak_bytes: peak_bytes_per_device
+            .iter()
+            .flatten()
+            .copied()
+            .reduce(|a, b| a + b),
+        peak_bytes_per_device,
         tokens: all_tokens.first().cloned().unwrap_or_default(),
         all_tokens,
     })

@@ -119,11 +119,16 @@ fn load(archs: &[ArchInfo], args: &CommonArgs, show_progress: bool) -> Result<(A
         load_any(archs, &opts)?
     };
     let format = if opts.bf16 { "BF16" } else { "DF11" };
+    let placement = loaded.model.placement();
+    let on = if placement.is_single() {
+        format!("{:?}", opts.device)
+    } else {
+        placement.describe()
+    };
     eprintln!(
-        "{} ({format}) from {} on {:?} in {:?}, loaded in {:.2} s",
+        "{} ({format}) from {} on {on} in {:?}, loaded in {:.2} s",
         arch.name,
         loaded.dir.display(),
-        opts.device,
         opts.dtype,
         started.elapsed().as_secs_f64()
     );

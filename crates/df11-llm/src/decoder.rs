@@ -144,6 +144,22 @@ impl DecoderLayer {
     pub fn step_supported(&self) -> bool {
         self.self_attn.step_supported()
     }
+
+    /// The compressed units the layer's linears are members of (each once).
+    pub fn units(&self) -> Vec<std::sync::Arc<df11_candle::Df11Group>> {
+        let mut units: Vec<std::sync::Arc<df11_candle::Df11Group>> = Vec::new();
+        let linears = self
+            .self_attn
+            .linears()
+            .into_iter()
+            .chain(self.mlp.linears());
+        for g in linears.filter_map(Linear::group) {
+            if !units.iter().any(|u| std::sync::Arc::ptr_eq(u, g)) {
+                units.push(g.clone());
+            }
+        }
+        units
+    }
 }
 
 /// The q/k/v projections: three, or one whose rows are `[q; k; v]`.
@@ -173,6 +189,16 @@ pub struct SelfAttention {
 }
 
 impl SelfAttention {
+    /// The projections.
+    fn linears(&self) -> Vec<&Linear> {
+        let mut all = match &self.qkv {
+            QkvProj::Separate { q, k, v } => vec![q, k, v],
+            QkvProj::Fused(qkv) => vec![qkv],
+        };
+        all.push(&self.o_proj);
+        all
+    }
+
     /// Loads `{prefix}.{q,k,v,o}_proj` (or `qkv_proj`, `o_proj`) and the q/k norms.
     pub fn load(spec: &DecoderSpec, weights: &ModelWeights, prefix: &str) -> Result<Self> {
         let (hidden, d) = (spec.hidden_size, spec.head_dim);
@@ -363,6 +389,16 @@ pub struct GatedMlp {
 }
 
 impl GatedMlp {
+    /// The projections.
+    fn linears(&self) -> Vec<&Linear> {
+        let mut all = match &self.gate_up {
+            GateUpProj::Separate { gate, up } => vec![gate, up],
+            GateUpProj::Fused(gate_up) => vec![gate_up],
+        };
+        all.push(&self.down_proj);
+        all
+    }
+
     /// Loads `{prefix}.{gate,up,down}_proj` (or `gate_up_proj`, `down_proj`).
     pub fn load(spec: &DecoderSpec, weights: &ModelWeights, prefix: &str) -> Result<Self> {
         let (hidden, inter, bias) = (spec.hidden_size, spec.intermediate_size, spec.mlp_bias);

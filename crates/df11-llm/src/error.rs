@@ -62,6 +62,9 @@ pub enum LlmError {
     /// The user pressed Ctrl-C during a generation ([`crate::interrupt`]).
     #[error("interrupted (Ctrl-C)")]
     Interrupted,
+    /// A CUDA device index the machine does not have (`--devices`).
+    #[error("CUDA device {index} does not exist: this machine has {count} CUDA device(s){}", if *.count > 0 { format!(" (0..={})", .count - 1) } else { String::new() })]
+    NoSuchDevice { index: usize, count: usize },
     /// The model does not fit in the GPU's memory ([`crate::memory::check_fits`]).
     #[error("{path}: out of GPU memory: loading needs at least {} (the weights), {device} has {} free of {}", gib(*.needed), gib(*.free), gib(*.total))]
     OutOfMemory {

@@ -26,8 +26,13 @@ pub trait CausalLm {
         usize::MAX
     }
 
-    /// The device the model runs on.
+    /// The device the model runs on (where token ids go).
     fn device(&self) -> &Device;
+
+    /// Every device the model runs on (several when it is split), for memory reports.
+    fn devices(&self) -> Vec<Device> {
+        vec![self.device().clone()]
+    }
 }
 
 /// What to generate.
@@ -56,7 +61,7 @@ pub struct Generation {
     pub decode_tok_s: Option<f64>,
     /// Time from the start of prefill to the first token, in milliseconds.
     pub ttft_ms: f64,
-    /// Peak GPU memory in bytes (`null` on the CPU).
+    /// Peak GPU memory in bytes, all devices together (`null` on the CPU).
     pub peak_gpu_bytes: Option<u64>,
 }
 
@@ -91,7 +96,7 @@ pub fn generate<M: CausalLm + ?Sized>(
         ));
     }
     let device = model.device().clone();
-    let mut memory = PeakMemory::new(&device);
+    let mut memory = PeakMemory::on_devices(&model.devices());
     let mut sampler = Sampler::new(&params.sampling);
     let mut stream = TextStream::new(tokenizer);
     let mut tokens = prompt.to_vec();

@@ -1,7 +1,9 @@
-//! A decode step captured as a CUDA graph: captured once per batch size on first use, replayed
-//! every step. The graph reads its inputs from static buffers (the embedded tokens, each row's
-//! position and cache slot) that the host rewrites before each replay, and leaves the logits in
-//! a static buffer; everything the step allocates is allocated and freed inside the graph.
+//! A decode step captured as a CUDA graph: captured once per batch size on first use (on a
+//! model split over devices, once per segment: a graph runs on one device), replayed every step.
+//! The graph reads its inputs from static buffers (the embedded tokens or the residual stream
+//! of the previous segment, each row's position and cache slot) that the host rewrites before
+//! each replay, and leaves its outputs (logits, or the residual stream for the next segment) in
+//! static buffers; everything the step allocates is allocated and freed inside the graph.
 //!
 //! Capture follows candle 0.11's rules (its notes, §1.7): hold candle's host-to-device cache
 //! guard, run the step once eagerly on the same buffers (module loads, cuBLAS workspaces and
@@ -15,14 +17,18 @@ use candle_core::{CudaStorage, DType, InplaceOp1, Layout, Tensor};
 
 use crate::error::{LlmError, Result};
 
-/// The captured step of one batch size.
+/// The captured step of one batch size (on a model split over devices: of one segment).
 pub struct StepGraph {
     graph: CudaGraph,
-    x: Tensor,
+    inputs: Vec<Tensor>,
     positions: Tensor,
     slots: Tensor,
-    logits: Tensor,
+    outputs: Vec<Tensor>,
 }
+
+/// What a captured step runs: input tensors (the embedded tokens, or the residual stream and
+/// the pending layer output a previous segment left), positions, slots → output tensors.
+pub type StepBody<'a> = dyn Fn(&[Tensor], &Tensor, &Tensor) -> Result<Vec<Tensor>> + 'a;
 
 /// Writes host u32 values into a device tensor in place (outside any capture).
 struct Upload<'a>(&'a [u32]);
@@ -59,43 +65,53 @@ fn driver(e: impl std::fmt::Debug) -> LlmError {
 }
 
 impl StepGraph {
-    /// Captures `body` (embedded tokens `[rows, 1, hidden]`, positions, slots → logits `[rows,
-    /// vocab]`) for the shapes of `x`, with `positions`/`slots` as the first step's inputs, and
-    /// runs that first step. `body` must run the same launches on every call.
+    /// Captures `body` for the shapes of `inputs`, with `positions`/`slots` as the first step's
+    /// rows, and runs that first step (returning its outputs). `body` must run the same launches
+    /// on every call and must not write to its inputs.
     pub fn capture(
         dev: &CudaDevice,
-        x: &Tensor,
+        inputs: &[Tensor],
         positions: &[usize],
         slots: &[usize],
-        body: &dyn Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>,
-    ) -> Result<(Self, Tensor)> {
+        body: &StepBody<'_>,
+    ) -> Result<(Self, Vec<Tensor>)> {
         let rows = positions.len();
-        let device = x.device();
-        let static_x = Tensor::zeros(x.dims(), x.dtype(), device)?;
-        let static_positions = Tensor::zeros(rows, DType::U32, device)?;
-        let static_slots = Tensor::zeros(rows, DType::U32, device)?;
-        let write_inputs = |x: &Tensor| -> Result<()> {
-            static_x.slice_set(x, 0, 0)?;
-            static_positions.inplace_op1(&Upload(&u32s(positions)))?;
-            static_slots.inplace_op1(&Upload(&u32s(slots)))?;
-            Ok(())
-        };
-        write_inputs(x)?;
+        let device = candle_core::Device::Cuda(dev.clone());
+        let static_inputs = inputs
+            .iter()
+            .map(|x| Ok(Tensor::zeros(x.dims(), x.dtype(), &device)?))
+            .collect::<Result<Vec<_>>>()?;
+        let static_positions = Tensor::zeros(rows, DType::U32, &device)?;
+        let static_slots = Tensor::zeros(rows, DType::U32, &device)?;
+        for (s, x) in static_inputs.iter().zip(inputs) {
+            s.slice_set(&x.contiguous()?, 0, 0)?;
+        }
+        static_positions.inplace_op1(&Upload(&u32s(positions)))?;
+        static_slots.inplace_op1(&Upload(&u32s(slots)))?;
         let stream = dev.cuda_stream();
-        let (graph, logits) = {
+        let (graph, outputs) = {
             let _cache = dev.enable_cuda_graph_htod_cache();
             // The warm-up: every lazy allocation and upload happens here, not under capture.
-            let warm = body(&static_x, &static_positions, &static_slots)?;
-            let logits = Tensor::zeros(warm.dims(), warm.dtype(), device)?;
-            logits.slice_set(&warm, 0, 0)?;
+            let warm = body(&static_inputs, &static_positions, &static_slots)?;
+            let outputs = warm
+                .iter()
+                .map(|w| {
+                    let o = Tensor::zeros(w.dims(), w.dtype(), &device)?;
+                    o.slice_set(w, 0, 0)?;
+                    Ok(o)
+                })
+                .collect::<Result<Vec<_>>>()?;
             drop(warm);
             dev.synchronize()?;
+            stream.context().bind_to_thread().map_err(driver)?;
             stream
                 .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
                 .map_err(driver)?;
             let captured = (|| -> Result<()> {
-                let out = body(&static_x, &static_positions, &static_slots)?;
-                logits.slice_set(&out, 0, 0)?;
+                let out = body(&static_inputs, &static_positions, &static_slots)?;
+                for (o, w) in outputs.iter().zip(&out) {
+                    o.slice_set(w, 0, 0)?;
+                }
                 Ok(())
             })();
             // End the capture even when the body failed, so the stream is usable again.
@@ -104,17 +120,16 @@ impl StepGraph {
             let graph = graph
                 .map_err(driver)?
                 .ok_or_else(|| driver("the capture recorded nothing"))?;
-            (graph, logits)
+            (graph, outputs)
         };
         let step = Self {
             graph,
-            x: static_x,
+            inputs: static_inputs,
             positions: static_positions,
             slots: static_slots,
-            logits,
+            outputs,
         };
-        // The warm-up updated x in place: write the inputs again, then run the graph.
-        let out = step.replay(x, positions, slots)?;
+        let out = step.replay(inputs, positions, slots)?;
         Ok((step, out))
     }
 
@@ -123,19 +138,38 @@ impl StepGraph {
         self.positions.elem_count()
     }
 
-    /// Writes the inputs, replays the graph, returns a copy of the logits.
-    pub fn replay(&self, x: &Tensor, positions: &[usize], slots: &[usize]) -> Result<Tensor> {
-        if x.dims() != self.x.dims() || positions.len() != self.rows() {
+    /// Writes the inputs, replays the graph, returns copies of the outputs.
+    pub fn replay(
+        &self,
+        inputs: &[Tensor],
+        positions: &[usize],
+        slots: &[usize],
+    ) -> Result<Vec<Tensor>> {
+        let shapes_match = inputs.len() == self.inputs.len()
+            && inputs
+                .iter()
+                .zip(&self.inputs)
+                .all(|(x, s)| x.dims() == s.dims());
+        if !shapes_match || positions.len() != self.rows() || slots.len() != self.rows() {
             return Err(LlmError::Usage(format!(
                 "a step of {:?} for a graph captured for {:?}",
-                x.dims(),
-                self.x.dims()
+                inputs.iter().map(|x| x.dims().to_vec()).collect::<Vec<_>>(),
+                self.inputs
+                    .iter()
+                    .map(|x| x.dims().to_vec())
+                    .collect::<Vec<_>>()
             )));
         }
-        self.x.slice_set(&x.contiguous()?, 0, 0)?;
+        for (s, x) in self.inputs.iter().zip(inputs) {
+            s.slice_set(&x.contiguous()?, 0, 0)?;
+        }
         self.positions.inplace_op1(&Upload(&u32s(positions)))?;
         self.slots.inplace_op1(&Upload(&u32s(slots)))?;
         self.graph.launch().map_err(driver)?;
-        Ok(self.logits.copy()?)
+        Ok(self
+            .outputs
+            .iter()
+            .map(Tensor::copy)
+            .collect::<candle_core::Result<Vec<_>>>()?)
     }
 }

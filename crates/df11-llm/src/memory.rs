@@ -9,19 +9,22 @@ use candle_core::Device;
 
 use crate::error::{LlmError, Result};
 
-/// Tracks the peak device memory of one run.
+/// Tracks the peak device memory of one run, on one device or on each device of a split model.
 #[derive(Debug, Clone)]
 pub struct PeakMemory {
-    device: Device,
-    sampled: Option<u64>,
+    devices: Vec<(Device, Option<u64>)>,
 }
 
 impl PeakMemory {
     /// Starts tracking on `device`.
     pub fn new(device: &Device) -> Self {
+        Self::on_devices(std::slice::from_ref(device))
+    }
+
+    /// Starts tracking on each of `devices`.
+    pub fn on_devices(devices: &[Device]) -> Self {
         let mut m = Self {
-            device: device.clone(),
-            sampled: None,
+            devices: devices.iter().map(|d| (d.clone(), None)).collect(),
         };
         m.sample();
         m
@@ -29,18 +32,28 @@ impl PeakMemory {
 
     /// Records the memory in use now.
     pub fn sample(&mut self) {
-        if let Some(used) = driver_used_bytes(&self.device) {
-            self.sampled = Some(self.sampled.map_or(used, |p| p.max(used)));
+        for (device, sampled) in &mut self.devices {
+            if let Some(used) = driver_used_bytes(device) {
+                *sampled = Some(sampled.map_or(used, |p| p.max(used)));
+            }
         }
     }
 
-    /// The peak in bytes; `None` when the device is not a GPU.
-    pub fn peak(&mut self) -> Option<u64> {
+    /// The peak of each device, in bytes; `None` for a device that is not a GPU.
+    pub fn peaks(&mut self) -> Vec<Option<u64>> {
         self.sample();
-        match pool_peak_bytes(&self.device) {
-            Some(p) if p > 0 => Some(p),
-            _ => self.sampled,
-        }
+        self.devices
+            .iter()
+            .map(|(device, sampled)| match pool_peak_bytes(device) {
+                Some(p) if p > 0 => Some(p),
+                _ => *sampled,
+            })
+            .collect()
+    }
+
+    /// The peak in bytes, summed over the devices; `None` when no device is a GPU.
+    pub fn peak(&mut self) -> Option<u64> {
+        self.peaks().into_iter().flatten().reduce(|a, b| a + b)
     }
 }
 

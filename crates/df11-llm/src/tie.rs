@@ -4,9 +4,11 @@ use df11_candle::{Embedding, Linear, ModelWeights};
 
 use crate::error::Result;
 
-/// `lm_head` of a model: its own weight (`lm_head_module.weight`, compressed or plain), or,
-/// when `tied`, the embedding table itself. A dense table is shared (no copy); a DF11-compressed
-/// table is used through the same compressed unit, so it is never held decoded.
+/// `lm_head` of a model on `weights`' device: its own weight (`lm_head_module.weight`,
+/// compressed or plain), or, when `tied`, the embedding table itself. A dense table is shared
+/// (no copy) when the embedding is on the same device, copied there otherwise; a DF11-compressed
+/// table is used through the same compressed unit (put on that device too), so it is never held
+/// decoded.
 pub fn output_projection(
     weights: &ModelWeights,
     tied: bool,
@@ -21,7 +23,7 @@ pub fn output_projection(
     }
     match embedding {
         Embedding::Dense(e) => Ok(Linear::Dense(candle_nn::Linear::new(
-            e.embeddings().clone(),
+            crate::transfer::to_device(e.embeddings(), weights.device())?,
             None,
         ))),
         Embedding::Df11(_) => Ok(weights.linear(embed_module, vocab, hidden, false)?),

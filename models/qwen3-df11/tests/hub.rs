@@ -56,6 +56,8 @@ fn a_cached_model_loads_and_generates() {
         source: hub(cache.path(), "org/qwen3-tiny-df11", None),
         bf16: false,
         device: Device::Cpu,
+        split: None,
+        offload: Default::default(),
         dtype: DType::F32,
         show_progress: false,
         decode: Default::default(),

@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
-use candle_core::cuda_backend::{CudaDevice, WrapErr};
+use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaStorage, Layout, Shape};
 use half::bf16;
 
@@ -15,6 +15,7 @@ use crate::cuda::launch::{
     CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE, PTX,
 };
 use crate::cuda::segments::SegmentIndex;
+use crate::cuda::upload::{HostArray, Uploader};
 
 const WARPS: usize = 8;
 /// Per warp: the code stage (384 words) and 33 exponent slots of 72 bytes.
@@ -27,12 +28,43 @@ pub(crate) struct SegmentBuffers {
     table: CudaSlice<u32>,
 }
 
+/// A segment index on the host, as [`SegmentBuffers`] uploads it.
+pub(crate) struct SegmentHost {
+    bases: HostArray<u32>,
+    deltas: HostArray<u16>,
+    table: HostArray<u32>,
+}
+
+impl SegmentHost {
+    pub(crate) fn new(index: SegmentIndex) -> Self {
+        Self {
+            bases: index.bases.into(),
+            deltas: index.deltas.into(),
+            table: index.table.into(),
+        }
+    }
+
+    /// Moves the arrays into pinned memory (for staging).
+    pub(crate) fn pin(
+        &mut self,
+        ctx: &std::sync::Arc<candle_core::cuda_backend::cudarc::driver::CudaContext>,
+    ) -> candle_core::Result<()> {
+        self.bases.pin(ctx)?;
+        self.deltas.pin(ctx)?;
+        self.table.pin(ctx)
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        self.bases.bytes() + self.deltas.bytes() + self.table.bytes()
+    }
+}
+
 impl SegmentBuffers {
-    pub(crate) fn new(device: &CudaDevice, index: &SegmentIndex) -> candle_core::Result<Self> {
+    pub(crate) fn upload(up: &Uploader<'_>, index: &SegmentHost) -> candle_core::Result<Self> {
         Ok(Self {
-            bases: device.clone_htod(&index.bases)?,
-            deltas: device.clone_htod(&index.deltas)?,
-            table: device.clone_htod(&index.table)?,
+            bases: up.put(&index.bases)?,
+            deltas: up.put(&index.deltas)?,
+            table: up.put(&index.table)?,
         })
     }
 
@@ -141,7 +173,7 @@ pub(crate) fn decode_segments(
         candle_core::bail!("df11: elements {elements:?} outside the unit");
     }
     let len = elements.len();
-    let out = unsafe { dev.alloc::<bf16>(len.max(1)) }?;
+    let out = crate::cuda::launch::alloc_out(&dev, len)?;
     if len > 0 {
         let name = "df11_decode_segments";
         let chunks = elements.end.div_ceil(2048) - elements.start / 2048;

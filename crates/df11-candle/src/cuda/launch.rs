@@ -328,3 +328,17 @@ pub(crate) fn check_gemv_call(
     }
     Ok(nb)
 }
+
+/// A kernel's output buffer of `len` BF16 values, every one of which the kernel writes; an
+/// empty output is one zeroed value (candle needs a buffer, and a copy of it to the host must
+/// not read memory nobody wrote: compute-sanitizer's initcheck).
+pub(crate) fn alloc_out(
+    dev: &candle_core::cuda_backend::CudaDevice,
+    len: usize,
+) -> candle_core::Result<candle_core::cuda_backend::cudarc::driver::CudaSlice<half::bf16>> {
+    if len == 0 {
+        return dev.alloc_zeros::<half::bf16>(1);
+    }
+    // SAFETY: the caller's kernel writes all `len` values before anything reads them.
+    unsafe { dev.alloc::<half::bf16>(len) }
+}

@@ -64,7 +64,7 @@ impl CudaOp1 for SoftmaxOp {
         let xv = view(x, l, "softmax_scaled_bf16")?;
         let rows = xv.len().checked_div(n).unwrap_or(0);
         let dev = x.device().clone();
-        let out = unsafe { dev.alloc::<bf16>(xv.len().max(1)) }?;
+        let out = crate::cuda::launch::alloc_out(&dev, xv.len())?;
         if rows > 0 {
             let func = dev.get_or_load_custom_func("softmax_scaled_bf16", MODULE, PTX)?;
             let cfg = LaunchConfig {
@@ -102,7 +102,7 @@ impl CudaOp2 for SiluMulOp {
         let uv = view(u, u_l, "silu_mul_bf16")?;
         let n = gv.len();
         let dev = g.device().clone();
-        let out = unsafe { dev.alloc::<bf16>(n.max(1)) }?;
+        let out = crate::cuda::launch::alloc_out(&dev, n)?;
         if n > 0 {
             let func = dev.get_or_load_custom_func("silu_mul_bf16", MODULE, PTX)?;
             let cfg = LaunchConfig {

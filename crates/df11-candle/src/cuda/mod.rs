@@ -20,6 +20,7 @@
 //! - `decode_step`: the graph-capturable decode step's kernels: q/k norm + RoPE + KV write,
 //!   flash-decoding attention over the cache in place, residual add + RMSNorm
 //!   (`decode_step.cu`);
+//! - `upload`: host arrays to the device, at once or on a copy stream (offloaded units);
 //! - `launch`: what every launch shares (grid sizing, tiling, argument checks, the CUDA-only
 //!   op wrapper, `push_args!`).
 
@@ -44,3 +45,5 @@ pub(crate) mod tc;
 pub(crate) mod twin;
 #[cfg(feature = "cuda")]
 pub(crate) mod unit;
+#[cfg(feature = "cuda")]
+pub(crate) mod upload;

@@ -5,8 +5,12 @@
 use std::ops::Range;
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
-use candle_core::cuda_backend::{CudaDevice, WrapErr};
+use std::sync::Arc;
+
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaContext, CudaSlice, LaunchArgs, PushKernelArg,
+};
+use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaStorage, Layout, Shape};
 use half::bf16;
 
@@ -15,6 +19,7 @@ use crate::cuda::launch::{
     push_args, CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE, PTX,
 };
 use crate::cuda::packed::PackedExponents;
+use crate::cuda::upload::{HostArray, Uploader};
 
 const DECODE_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_packed.ptx"));
 const DECODE_MODULE: &str = "df11_packed";
@@ -37,8 +42,25 @@ pub(crate) struct PackedBuffers {
     bytes: usize,
 }
 
-impl PackedBuffers {
-    pub(crate) fn new(device: &CudaDevice, p: &PackedExponents) -> candle_core::Result<Self> {
+/// What [`PackedBuffers`] uploads, laid out as the kernels read it, on the host.
+pub(crate) struct PackedHost {
+    codes: HostArray<u32>,
+    chunk_escapes: HostArray<u32>,
+    lane_starts: HostArray<u8>,
+    /// The escape list padded with zeros to whole words, plus 16 bytes: the kernels read a
+    /// lane's escapes as three aligned words from where they start.
+    escapes: HostArray<u8>,
+    /// Per member, codes 0-3 and 4-7 as little-endian words.
+    tables: HostArray<u32>,
+    host_tables: Vec<[u32; 2]>,
+    member_ends: HostArray<i64>,
+    members: Vec<Range<usize>>,
+    n_elements: usize,
+    bytes: usize,
+}
+
+impl PackedHost {
+    pub(crate) fn new(p: PackedExponents) -> Self {
         let host_tables: Vec<[u32; 2]> = p
             .tables
             .iter()
@@ -51,23 +73,61 @@ impl PackedBuffers {
             .collect();
         let flat: Vec<u32> = host_tables.iter().flatten().copied().collect();
         let ends: Vec<i64> = p.members.iter().map(|m| m.end as i64).collect();
-        // Padded with zeros to whole words plus 16 bytes: the kernels read a lane's escapes as
-        // three aligned words from where they start.
-        let mut escapes = p.escapes.clone();
-        escapes.resize(p.escapes.len().div_ceil(4) * 4 + 16, 0);
-        Ok(Self {
-            codes: device.clone_htod(&p.codes)?,
-            chunk_escapes: device.clone_htod(&p.chunk_escapes)?,
-            lane_starts: device.clone_htod(&p.lane_starts)?,
-            n_chunks: (p.chunk_escapes.len() - 1) as u32,
-            n_escapes: escapes.len() as u32,
-            escapes: device.clone_htod(&escapes)?,
-            tables: device.clone_htod(&flat)?,
+        let (n_elements, bytes) = (p.n_elements(), p.device_bytes());
+        let mut escapes = p.escapes;
+        let padded = escapes.len().div_ceil(4) * 4 + 16;
+        escapes.resize(padded, 0);
+        Self {
+            codes: p.codes.into(),
+            chunk_escapes: p.chunk_escapes.into(),
+            lane_starts: p.lane_starts.into(),
+            escapes: escapes.into(),
+            tables: flat.into(),
             host_tables,
-            member_ends: device.clone_htod(&ends)?,
+            member_ends: ends.into(),
+            members: p.members,
+            n_elements,
+            bytes,
+        }
+    }
+
+    /// Moves the arrays into pinned memory (for staging).
+    pub(crate) fn pin(&mut self, ctx: &Arc<CudaContext>) -> candle_core::Result<()> {
+        self.codes.pin(ctx)?;
+        self.chunk_escapes.pin(ctx)?;
+        self.lane_starts.pin(ctx)?;
+        self.escapes.pin(ctx)?;
+        self.tables.pin(ctx)?;
+        self.member_ends.pin(ctx)
+    }
+
+    /// Host bytes of the arrays.
+    pub(crate) fn host_bytes(&self) -> usize {
+        self.codes.bytes()
+            + self.chunk_escapes.bytes()
+            + self.lane_starts.bytes()
+            + self.escapes.bytes()
+            + self.tables.bytes()
+            + self.member_ends.bytes()
+    }
+}
+
+impl PackedBuffers {
+    /// Uploads `p` through `up`.
+    pub(crate) fn upload(up: &Uploader<'_>, p: &PackedHost) -> candle_core::Result<Self> {
+        Ok(Self {
+            codes: up.put(&p.codes)?,
+            chunk_escapes: up.put(&p.chunk_escapes)?,
+            lane_starts: up.put(&p.lane_starts)?,
+            n_chunks: (p.chunk_escapes.len() - 1) as u32,
+            n_escapes: p.escapes.len() as u32,
+            escapes: up.put(&p.escapes)?,
+            tables: up.put(&p.tables)?,
+            host_tables: p.host_tables.clone(),
+            member_ends: up.put(&p.member_ends)?,
             members: p.members.clone(),
-            n_elements: p.n_elements(),
-            bytes: p.device_bytes(),
+            n_elements: p.n_elements,
+            bytes: p.bytes,
         })
     }
 
@@ -186,7 +246,7 @@ pub(crate) fn decode_packed(
         candle_core::bail!("df11: elements {elements:?} outside the unit");
     }
     let len = elements.len();
-    let out = unsafe { dev.alloc::<bf16>(len.max(1)) }?;
+    let out = crate::cuda::launch::alloc_out(&dev, len)?;
     if len > 0 {
         let name = "df11_decode_packed";
         let chunks = elements.end.div_ceil(2048) - elements.start / 2048;

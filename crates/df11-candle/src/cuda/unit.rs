@@ -14,11 +14,11 @@ use candle_core::cuda_backend::cudarc::driver::sys::{
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, Layout, Shape};
-use half::bf16;
 
 use crate::codec::decode::{block_elements, decode_base};
 use crate::cuda::launch::push_args;
 use crate::cuda::packed::{unit_exponents, ExponentForm, PackedExponents};
+use crate::cuda::upload::{HostArray, Uploader};
 use crate::error::{Df11Error, Result, UnitDefect};
 use crate::format::unit::{UnitLayout, UnitTensors};
 
@@ -111,17 +111,38 @@ struct HuffmanBuffers {
     sms: u32,
 }
 
-impl CudaUnit {
-    /// Puts a unit's exponents on `device` in `form`. Either way the whole stream is decoded on
-    /// the CPU first (with every check), so a corrupt unit is refused here with a typed error.
-    pub(crate) fn new(
-        device: &CudaDevice,
+/// A unit's exponents in their device form, built on the host: the CPU part of a load (a
+/// checked decode of the whole stream, then packing or a segment index). [`CudaUnit::upload`]
+/// puts it on a device; an offloaded unit keeps it (pinned) and uploads it at each staging.
+pub(crate) enum HostExponents {
+    Packed(crate::cuda::packed_kernels::PackedHost),
+    Huffman(HuffmanHost),
+}
+
+/// The Huffman form on the host.
+pub(crate) struct HuffmanHost {
+    luts: HostArray<u8>,
+    /// The stream padded with zero bytes to whole words (plus one): the segment kernels load
+    /// 32-bit words without bounds branches. The block kernel is given the true length.
+    codes: HostArray<u8>,
+    gaps: HostArray<u8>,
+    positions: HostArray<u32>,
+    segments: Option<crate::cuda::fused::SegmentHost>,
+    lut_rows: usize,
+    /// The most elements a block outputs (the validated layout's).
+    max_block: usize,
+}
+
+impl HostExponents {
+    /// Builds the device form `form` asks for (`auto`: packed where it fits). Either way the
+    /// whole stream is decoded on the CPU first (with every check), so a corrupt unit is
+    /// refused here with a typed error.
+    pub(crate) fn build(
         name: &str,
         t: &UnitTensors<'_>,
         layout: &UnitLayout,
         form: ExponentForm,
     ) -> Result<Self> {
-        keep_pool_memory(device);
         let invalid = |defect| Df11Error::InvalidUnit {
             path: std::path::PathBuf::from(format!("<loaded copy of {name}>")),
             unit: name.to_string(),
@@ -132,32 +153,111 @@ impl CudaUnit {
             let exponents = unit_exponents(t, layout, &table).map_err(invalid)?;
             if let Some(p) = PackedExponents::build(&exponents, &layout.member_ranges()) {
                 if form == ExponentForm::Packed || p.fits() {
-                    return Ok(Self {
-                        device: device.clone(),
-                        exponents: Exponents::Packed(
-                            crate::cuda::packed_kernels::PackedBuffers::new(device, &p)?,
-                        ),
-                    });
+                    return Ok(Self::Packed(crate::cuda::packed_kernels::PackedHost::new(
+                        p,
+                    )));
                 }
             }
         }
-        let luts = device.clone_htod(t.luts)?;
-        // Padded with zero bytes to whole words (plus one): the segment kernels load 32-bit words
-        // without bounds branches. The block kernel is given the true length.
-        let mut padded = Vec::with_capacity(t.encoded_exponent.len() + 8);
-        padded.extend_from_slice(t.encoded_exponent);
-        padded.resize(t.encoded_exponent.len().div_ceil(4) * 4 + 4, 0);
-        let codes = device.clone_htod(&padded)?;
-        drop(padded);
-        let gaps = device.clone_htod(t.gaps)?;
-        let positions = device.clone_htod(layout.output_positions.as_slice())?;
-        let status = std::sync::Mutex::new(device.alloc_zeros::<u32>(1)?);
+        let mut codes = Vec::with_capacity(t.encoded_exponent.len() + 8);
+        codes.extend_from_slice(t.encoded_exponent);
+        codes.resize(t.encoded_exponent.len().div_ceil(4) * 4 + 4, 0);
         // Built by decoding the unit on the CPU (all cores): this also checks the whole stream.
-        let segments =
-            match crate::cuda::segments::SegmentIndex::build(t, layout, &table).map_err(invalid)? {
-                Some(index) => Some(crate::cuda::fused::SegmentBuffers::new(device, &index)?),
-                None => None,
-            };
+        let segments = crate::cuda::segments::SegmentIndex::build(t, layout, &table)
+            .map_err(invalid)?
+            .map(crate::cuda::fused::SegmentHost::new);
+        Ok(Self::Huffman(HuffmanHost {
+            luts: t.luts.to_vec().into(),
+            codes: codes.into(),
+            gaps: t.gaps.to_vec().into(),
+            positions: layout.output_positions.clone().into(),
+            segments,
+            lut_rows: layout.lut_rows,
+            max_block: layout.max_block_elements,
+        }))
+    }
+
+    /// Moves the arrays into pinned memory of `device` (for staging).
+    pub(crate) fn pin(&mut self, device: &CudaDevice) -> Result<()> {
+        let ctx = device.cuda_stream().context().clone();
+        match self {
+            Self::Packed(p) => p.pin(&ctx)?,
+            Self::Huffman(h) => {
+                h.luts.pin(&ctx)?;
+                h.codes.pin(&ctx)?;
+                h.gaps.pin(&ctx)?;
+                h.positions.pin(&ctx)?;
+                if let Some(s) = &mut h.segments {
+                    s.pin(&ctx)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the form is packed.
+    pub(crate) fn is_packed(&self) -> bool {
+        matches!(self, Self::Packed(_))
+    }
+
+    /// Whether a Huffman form has a segment index.
+    pub(crate) fn has_segment_index(&self) -> bool {
+        matches!(self, Self::Huffman(h) if h.segments.is_some())
+    }
+
+    /// Host bytes of the arrays.
+    pub(crate) fn host_bytes(&self) -> usize {
+        match self {
+            Self::Packed(p) => p.host_bytes(),
+            Self::Huffman(h) => {
+                h.luts.bytes()
+                    + h.codes.bytes()
+                    + h.gaps.bytes()
+                    + h.positions.bytes()
+                    + h.segments.as_ref().map_or(0, |s| s.bytes())
+            }
+        }
+    }
+}
+
+impl CudaUnit {
+    /// Puts a unit's exponents on `device` in `form` ([`HostExponents::build`], then
+    /// [`CudaUnit::upload`] at once).
+    pub(crate) fn new(
+        device: &CudaDevice,
+        name: &str,
+        t: &UnitTensors<'_>,
+        layout: &UnitLayout,
+        form: ExponentForm,
+    ) -> Result<Self> {
+        let host = HostExponents::build(name, t, layout, form)?;
+        Self::upload(&Uploader::Now(device), &host)
+    }
+
+    /// Puts a host form on the uploader's device.
+    pub(crate) fn upload(up: &Uploader<'_>, host: &HostExponents) -> Result<Self> {
+        let device = up.device();
+        keep_pool_memory(device);
+        let h = match host {
+            HostExponents::Packed(p) => {
+                return Ok(Self {
+                    device: device.clone(),
+                    exponents: Exponents::Packed(
+                        crate::cuda::packed_kernels::PackedBuffers::upload(up, p)?,
+                    ),
+                })
+            }
+            HostExponents::Huffman(h) => h,
+        };
+        let luts = up.put(&h.luts)?;
+        let codes = up.put(&h.codes)?;
+        let gaps = up.put(&h.gaps)?;
+        let positions = up.put(&h.positions)?;
+        let status = std::sync::Mutex::new(device.alloc_zeros::<u32>(1)?);
+        let segments = match &h.segments {
+            Some(index) => Some(crate::cuda::fused::SegmentBuffers::upload(up, index)?),
+            None => None,
+        };
         let func = device.get_or_load_custom_func(KERNEL, MODULE, PTX)?;
         let ctx = device.cuda_stream().context().clone();
         let sms = ctx
@@ -168,8 +268,8 @@ impl CudaUnit {
             .w()? as usize;
         // The kernel's direct mode (sign_mantissa read from global memory at copy-out): measured
         // as fast as its staged mode on real-sized units, and it needs the least shared memory.
-        let cap = (layout.max_block_elements + 30) & !15;
-        let smem = header_bytes(layout.lut_rows) + cap;
+        let cap = (h.max_block + 30) & !15;
+        let smem = header_bytes(h.lut_rows) + cap;
         if smem > max_smem {
             return Err(Df11Error::Usage(format!(
                 "a block of this unit needs {smem} bytes of shared memory; the device has {max_smem}"
@@ -198,7 +298,7 @@ impl CudaUnit {
                 gaps,
                 positions,
                 status,
-                lut_rows: layout.lut_rows,
+                lut_rows: h.lut_rows,
                 smem,
                 ctas_per_sm,
                 sms,
@@ -276,7 +376,15 @@ impl CudaUnit {
             }
         };
         let len = elements.end - out_base;
-        let out = unsafe { dev.alloc::<bf16>(len.max(1)) }?;
+        let mut out = crate::cuda::launch::alloc_out(&dev, len)?;
+        // The values before the first block's first element (at most 15: the base is rounded
+        // down to 16 for aligned stores) are not decoded: zero them, so the buffer holds no
+        // unwritten memory (a caller narrows past them, but copies take the whole buffer).
+        let head = elements.start.saturating_sub(out_base).min(len);
+        if head > 0 {
+            let mut head_view = out.slice_mut(0..head);
+            dev.cuda_stream().memset_zeros(&mut head_view).w()?;
+        }
         if !blocks.is_empty() {
             let sm = sign_mantissa.as_cuda_slice::<u8>()?;
             let func = dev.get_or_load_custom_func(KERNEL, MODULE, PTX)?;

@@ -1,34 +1,34 @@
-//! A compressed unit held on a candle device, and the custom op that decodes it.
+//! A compressed unit held on a candle device, and what it does: decode (whole, by blocks, by
+//! elements) and the fused products.
 //!
-//! On the CPU the op runs the block-parallel decoder; on CUDA it launches the kernel of
-//! `kernels/df11_decode.cu`. Either way the result is a fresh BF16 tensor that lives only as long
-//! as the caller keeps it: decoded weights are not cached here.
+//! On the CPU the decode op runs the block-parallel decoder; on CUDA it launches the kernels
+//! (`crate::nn::decode_ops`). Either way the result is a fresh BF16 tensor that lives only as
+//! long as the caller keeps it: decoded weights are not cached here.
+//!
+//! A unit is resident on its device, or offloaded ([`crate::nn::offload`]): kept in host
+//! memory and put on the device while staged. Every operation below first takes the unit's
+//! device form ([`Df11Group::on_device`]), staging an offloaded unit at once if nobody staged
+//! it ahead.
 
 use std::ops::Range;
 use std::sync::Arc;
 
-use candle_core::{CpuStorage, CustomOp1, Device, Layout, Shape, Tensor};
-use half::bf16;
+use candle_core::{Device, Tensor};
 
-use crate::codec::decode::{
-    block_elements, blocks_covering, decode_base, decode_blocks, DecodeTable,
-};
+use crate::codec::decode::{blocks_covering, decode_base};
 use crate::error::{Df11Error, Result};
 use crate::format::model::{Df11Model, Df11Unit};
 use crate::format::unit::{UnitLayout, UnitTensors};
+use crate::nn::decode_ops::DecodeOp;
+#[cfg(feature = "cuda")]
+use crate::nn::decode_ops::{segment_decode_enabled, SegmentDecodeOp};
+pub(crate) use crate::nn::device_form::Store;
+use crate::nn::device_form::{upload, Held, OnDevice};
 
-/// Where the unit's bytes live.
-enum Store {
-    /// Host copies (the op's argument tensor holds `sign_mantissa`).
-    Cpu {
-        encoded_exponent: Vec<u8>,
-        luts: Vec<u8>,
-        gaps: Vec<u8>,
-        table: DecodeTable,
-    },
-    /// Device buffers for the kernel.
-    #[cfg(feature = "cuda")]
-    Cuda(crate::cuda::unit::CudaUnit),
+/// Whether the unit stays on its device.
+enum Residency {
+    Resident(Box<OnDevice>),
+    Offloaded(Box<crate::nn::offload::Offloaded>),
 }
 
 /// A compressed unit on a device: its six tensors (validated) and what decoding needs.
@@ -36,8 +36,8 @@ pub struct Df11Group {
     name: String,
     layout: UnitLayout,
     members: Vec<String>,
-    sign_mantissa: Tensor,
-    store: Store,
+    device: Device,
+    residency: Residency,
 }
 
 impl std::fmt::Debug for Df11Group {
@@ -45,7 +45,8 @@ impl std::fmt::Debug for Df11Group {
         f.debug_struct("Df11Group")
             .field("name", &self.name)
             .field("n_elements", &self.layout.n_elements)
-            .field("device", &self.sign_mantissa.device())
+            .field("device", &self.device)
+            .field("offloaded", &self.is_offloaded())
             .finish()
     }
 }
@@ -63,16 +64,30 @@ impl Df11Group {
         device: &Device,
         form: crate::ExponentForm,
     ) -> Result<Arc<Self>> {
+        Self::load_as(model, unit, device, form, false)
+    }
+
+    /// [`Self::load_with_form`], offloaded ([`Self::new_offloaded`]).
+    pub fn load_offloaded(
+        model: &Df11Model,
+        unit: &Df11Unit,
+        device: &Device,
+        form: crate::ExponentForm,
+    ) -> Result<Arc<Self>> {
+        Self::load_as(model, unit, device, form, true)
+    }
+
+    /// A unit of an opened model, resident or offloaded; a defect names the model's file.
+    fn load_as(
+        model: &Df11Model,
+        unit: &Df11Unit,
+        device: &Device,
+        form: crate::ExponentForm,
+        offloaded: bool,
+    ) -> Result<Arc<Self>> {
         let t = model.unit_tensors(unit)?;
-        Self::new_with_form(
-            &unit.name,
-            unit.members.clone(),
-            &t,
-            unit.layout.clone(),
-            device,
-            form,
-        )
-        .map_err(|e| match e {
+        let (name, members, layout) = (&unit.name, unit.members.clone(), unit.layout.clone());
+        Self::build(name, members, &t, layout, device, form, offloaded).map_err(|e| match e {
             Df11Error::InvalidUnit { defect, .. } => model.invalid(unit, defect),
             other => other,
         })
@@ -103,41 +118,107 @@ impl Df11Group {
         device: &Device,
         form: crate::ExponentForm,
     ) -> Result<Arc<Self>> {
-        #[cfg(not(feature = "cuda"))]
-        let _ = form;
-        let sign_mantissa = Tensor::from_slice(t.sign_mantissa, t.sign_mantissa.len(), device)?;
-        let store = match device {
-            Device::Cpu => Store::Cpu {
-                encoded_exponent: t.encoded_exponent.to_vec(),
-                luts: t.luts.to_vec(),
-                gaps: t.gaps.to_vec(),
-                table: DecodeTable::new(t.luts),
-            },
-            #[cfg(feature = "cuda")]
-            Device::Cuda(dev) => Store::Cuda(crate::cuda::unit::CudaUnit::new(
-                dev, name, t, &layout, form,
-            )?),
-            other => {
-                return Err(Df11Error::Usage(format!(
-                    "DF11 decoding is implemented for the CPU and CUDA, not {other:?}"
-                )))
-            }
+        Self::build(name, members, t, layout, device, form, false)
+    }
+
+    /// Like [`Self::new_with_form`], but the unit is offloaded: its device form is built now
+    /// (and checked as a resident unit's is) and kept in host memory, and put on `device` only
+    /// while staged ([`Self::stage`]; an operation on an unstaged unit stages it itself).
+    pub fn new_offloaded(
+        name: &str,
+        members: Vec<String>,
+        t: &UnitTensors<'_>,
+        layout: UnitLayout,
+        device: &Device,
+        form: crate::ExponentForm,
+    ) -> Result<Arc<Self>> {
+        Self::build(name, members, t, layout, device, form, true)
+    }
+
+    fn build(
+        name: &str,
+        members: Vec<String>,
+        t: &UnitTensors<'_>,
+        layout: UnitLayout,
+        device: &Device,
+        form: crate::ExponentForm,
+        offloaded: bool,
+    ) -> Result<Arc<Self>> {
+        let residency = if offloaded {
+            Residency::Offloaded(Box::new(crate::nn::offload::Offloaded::new(
+                name, t, &layout, device, form,
+            )?))
+        } else {
+            Residency::Resident(Box::new(upload(name, t, &layout, device, form)?))
         };
         let group = Arc::new(Self {
             name: name.to_string(),
             layout,
             members,
-            sign_mantissa,
-            store,
+            device: device.clone(),
+            residency,
         });
-        #[cfg(feature = "cuda")]
-        if let Store::Cuda(c) = &group.store {
-            if c.packed().is_none() {
-                let _ = group.decode()?;
-                group.check_status()?;
-            }
-        }
+        group.check_loaded()?;
+        group.release();
         Ok(group)
+    }
+
+    /// On CUDA a unit kept as Huffman is decoded once by the block kernel, whose status word
+    /// is checked: a stream the CPU walk accepted but the kernel does not is refused at load.
+    fn check_loaded(&self) -> Result<()> {
+        #[cfg(feature = "cuda")]
+        if !self.is_packed() && self.device.is_cuda() {
+            let _ = self.decode()?;
+            self.check_status()?;
+        }
+        Ok(())
+    }
+
+    /// Whether the unit is kept in host memory and put on its device only while staged.
+    pub fn is_offloaded(&self) -> bool {
+        matches!(self.residency, Residency::Offloaded(_))
+    }
+
+    /// Puts an offloaded unit on its device ahead of use (on CUDA: copied on the device's copy
+    /// stream, which the compute stream waits for only where the unit is first used). Nothing
+    /// for a resident unit, or one already staged.
+    pub fn stage(&self) -> Result<()> {
+        if let Residency::Offloaded(o) = &self.residency {
+            o.stage(&self.device)?;
+        }
+        Ok(())
+    }
+
+    /// Drops an offloaded unit's device form (its memory is reused in stream order once the
+    /// work queued on it is done). Nothing for a resident unit.
+    pub fn release(&self) {
+        if let Residency::Offloaded(o) = &self.residency {
+            o.release();
+        }
+    }
+
+    /// Whether an offloaded unit is on its device now (a resident unit always is).
+    pub fn is_staged(&self) -> bool {
+        match &self.residency {
+            Residency::Resident(_) => true,
+            Residency::Offloaded(o) => o.is_staged(),
+        }
+    }
+
+    /// The unit's device form for an operation: resident, or staged (now, if it was not).
+    pub(crate) fn on_device(&self) -> Result<Held<'_>> {
+        match &self.residency {
+            Residency::Resident(r) => Ok(Held::Resident(r)),
+            Residency::Offloaded(o) => Ok(Held::Staged(o.acquire(&self.device)?)),
+        }
+    }
+
+    /// Bytes the unit takes in host memory while offloaded (0 when resident).
+    pub fn host_bytes(&self) -> usize {
+        match &self.residency {
+            Residency::Resident(_) => 0,
+            Residency::Offloaded(o) => o.host_bytes(),
+        }
     }
 
     /// Module path of the unit.
@@ -157,20 +238,14 @@ impl Df11Group {
 
     /// The device.
     pub fn device(&self) -> &Device {
-        self.sign_mantissa.device()
+        &self.device
     }
 
-    /// Bytes the unit occupies on the device.
+    /// Bytes the unit occupies on the device (an offloaded unit: while staged).
     pub fn device_bytes(&self) -> usize {
-        match &self.store {
-            Store::Cpu {
-                encoded_exponent,
-                luts,
-                gaps,
-                ..
-            } => self.layout.n_elements + encoded_exponent.len() + luts.len() + gaps.len(),
-            #[cfg(feature = "cuda")]
-            Store::Cuda(c) => self.layout.n_elements + c.device_bytes(),
+        match &self.residency {
+            Residency::Resident(r) => r.device_bytes(self.layout.n_elements),
+            Residency::Offloaded(o) => o.device_bytes(),
         }
     }
 
@@ -192,12 +267,15 @@ impl Df11Group {
             )));
         }
         let base = decode_base(&self.layout, blocks.clone());
+        let on = self.on_device()?;
         let op = DecodeOp {
-            group: self,
+            name: &self.name,
+            layout: &self.layout,
+            on: &on,
             blocks,
             defect: std::sync::Mutex::new(None),
         };
-        let result = self.sign_mantissa.apply_op1_no_bwd(&op);
+        let result = on.sign_mantissa.apply_op1_no_bwd(&op);
         // A defect found by the CPU decoder comes back as the typed error, not as candle's.
         if let Some(defect) = op.defect.into_inner().expect("defect lock") {
             return Err(Df11Error::InvalidUnit {
@@ -212,20 +290,25 @@ impl Df11Group {
     /// Decodes the blocks covering `elements` and returns exactly those elements (a view).
     pub fn decode_elements(&self, elements: Range<usize>) -> Result<Tensor> {
         #[cfg(feature = "cuda")]
-        if let Store::Cuda(c) = &self.store {
-            let packed = c.packed().is_some();
-            if packed || (segment_decode_enabled() && c.segment_args(&self.layout).is_some()) {
-                if elements.end > self.layout.n_elements || elements.start > elements.end {
-                    return Err(Df11Error::Usage(format!(
-                        "elements {elements:?} outside the {} of `{}`",
-                        self.layout.n_elements, self.name
-                    )));
+        {
+            let on = self.on_device()?;
+            if let Store::Cuda(c) = &on.store {
+                let packed = c.packed().is_some();
+                if packed || (segment_decode_enabled() && c.segment_args(&self.layout).is_some()) {
+                    if elements.end > self.layout.n_elements || elements.start > elements.end {
+                        return Err(Df11Error::Usage(format!(
+                            "elements {elements:?} outside the {} of `{}`",
+                            self.layout.n_elements, self.name
+                        )));
+                    }
+                    let op = SegmentDecodeOp {
+                        name: &self.name,
+                        layout: &self.layout,
+                        on: &on,
+                        elements,
+                    };
+                    return Ok(on.sign_mantissa.apply_op1_no_bwd(&op)?);
                 }
-                let op = SegmentDecodeOp {
-                    group: self,
-                    elements,
-                };
-                return Ok(self.sign_mantissa.apply_op1_no_bwd(&op)?);
             }
         }
         let blocks = blocks_covering(&self.layout, elements.clone());
@@ -243,10 +326,9 @@ impl Df11Group {
 
     /// Whether the unit's exponents are kept packed on its device ([`crate::cuda::packed`]).
     pub fn is_packed(&self) -> bool {
-        match &self.store {
-            Store::Cpu { .. } => false,
-            #[cfg(feature = "cuda")]
-            Store::Cuda(c) => c.packed().is_some(),
+        match &self.residency {
+            Residency::Resident(r) => r.is_packed(),
+            Residency::Offloaded(o) => o.is_packed(),
         }
     }
 
@@ -266,7 +348,8 @@ impl Df11Group {
         use crate::cuda::packed_kernels::PackedGemvOp;
         use crate::cuda::tc::PackedTcOp;
         use crate::matmul::FusedKernel;
-        let packed = match &self.store {
+        let on = self.on_device()?;
+        let packed = match &on.store {
             Store::Cuda(c) => c.packed(),
             Store::Cpu { .. } => None,
         };
@@ -278,7 +361,7 @@ impl Df11Group {
                     rows,
                     cols,
                 };
-                return Ok(self.sign_mantissa.apply_op2_no_bwd(x2, &op)?);
+                return Ok(on.sign_mantissa.apply_op2_no_bwd(x2, &op)?);
             }
             (FusedKernel::CudaCore, Some(unit)) if self.can_fuse(base, cols) => {
                 let op = PackedGemvOp {
@@ -287,10 +370,10 @@ impl Df11Group {
                     rows,
                     cols,
                 };
-                return Ok(self.sign_mantissa.apply_op2_no_bwd(x2, &op)?);
+                return Ok(on.sign_mantissa.apply_op2_no_bwd(x2, &op)?);
             }
             (FusedKernel::CudaCore, None) if self.can_fuse(base, cols) => {
-                if let Store::Cuda(c) = &self.store {
+                if let Store::Cuda(c) = &on.store {
                     if let Some(unit) = c.segment_args(&self.layout) {
                         let op = crate::cuda::fused::Df11GemvOp {
                             unit,
@@ -298,12 +381,13 @@ impl Df11Group {
                             rows,
                             cols,
                         };
-                        return Ok(self.sign_mantissa.apply_op2_no_bwd(x2, &op)?);
+                        return Ok(on.sign_mantissa.apply_op2_no_bwd(x2, &op)?);
                     }
                 }
             }
             _ => {}
         }
+        drop(on);
         // The DF11 kernel cannot take this member: decode it and run the twin (same bits).
         let end = rows
             .checked_mul(cols)
@@ -327,17 +411,17 @@ impl Df11Group {
 
     /// Whether the unit has a segment index on its device (the fused and segment kernels).
     pub fn has_segment_index(&self) -> bool {
-        match &self.store {
-            Store::Cpu { .. } => false,
-            #[cfg(feature = "cuda")]
-            Store::Cuda(c) => c.segment_args(&self.layout).is_some(),
+        match &self.residency {
+            Residency::Resident(r) => r.has_segment_index(&self.layout),
+            Residency::Offloaded(o) => o.has_segment_index(),
         }
     }
 
     /// On CUDA, reads and clears the kernel's error flags (a device sync); Ok on the CPU, whose
     /// decoder returns errors directly.
     pub fn check_status(&self) -> Result<()> {
-        match &self.store {
+        let on = self.on_device()?;
+        match &on.store {
             Store::Cpu { .. } => Ok(()),
             #[cfg(feature = "cuda")]
             Store::Cuda(c) => c.check_status().map_err(|defect| Df11Error::InvalidUnit {
@@ -346,123 +430,5 @@ impl Df11Group {
                 defect,
             }),
         }
-    }
-}
-
-/// The custom op: argument `sign_mantissa`, result the decoded BF16 of `blocks`.
-struct DecodeOp<'a> {
-    group: &'a Df11Group,
-    blocks: Range<usize>,
-    /// Set by the CPU path when the stream does not decode.
-    defect: std::sync::Mutex<Option<crate::error::UnitDefect>>,
-}
-
-impl CustomOp1 for DecodeOp<'_> {
-    fn name(&self) -> &'static str {
-        "df11-decode"
-    }
-
-    // Without the `cuda` feature the CPU store is the only variant.
-    #[allow(irrefutable_let_patterns)]
-    fn cpu_fwd(
-        &self,
-        storage: &CpuStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let Store::Cpu {
-            encoded_exponent,
-            luts,
-            gaps,
-            table,
-        } = &self.group.store
-        else {
-            candle_core::bail!("df11: unit `{}` is not on the CPU", self.group.name)
-        };
-        let sm = match layout.contiguous_offsets() {
-            Some((a, b)) => &storage.as_slice::<u8>()?[a..b],
-            None => candle_core::bail!("df11: sign_mantissa must be contiguous"),
-        };
-        let t = UnitTensors {
-            encoded_exponent,
-            sign_mantissa: sm,
-            luts,
-            gaps,
-            // The decoder takes positions and splits from the validated layout.
-            output_positions: &[],
-            split_positions: &[],
-        };
-        let elements = block_elements(&self.group.layout, self.blocks.clone());
-        let base = decode_base(&self.group.layout, self.blocks.clone());
-        let n = elements.end - base;
-        let mut out = vec![bf16::ZERO; n];
-        let dst = &mut out[elements.start - base..];
-        decode_blocks(&t, &self.group.layout, table, self.blocks.clone(), dst).map_err(
-            |defect| {
-                let msg = format!("df11: unit `{}`: {defect}", self.group.name);
-                *self.defect.lock().expect("defect lock") = Some(defect);
-                candle_core::Error::Msg(msg)
-            },
-        )?;
-        Ok((CpuStorage::BF16(out), Shape::from(n)))
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        storage: &candle_core::CudaStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let Store::Cuda(unit) = &self.group.store else {
-            candle_core::bail!("df11: unit `{}` is not on CUDA", self.group.name)
-        };
-        unit.decode(storage, layout, &self.group.layout, self.blocks.clone())
-    }
-}
-
-/// Whether [`Df11Group::decode_elements`] uses the segment kernel on CUDA (the default;
-/// `DF11_DECODE_KERNEL=blocks` selects the block kernel of `kernels/df11_decode.cu`).
-#[cfg(feature = "cuda")]
-fn segment_decode_enabled() -> bool {
-    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ENABLED.get_or_init(|| std::env::var("DF11_DECODE_KERNEL").map_or(true, |v| v != "blocks"))
-}
-
-/// The segment kernel's decode of `elements`: argument `sign_mantissa`, result BF16.
-#[cfg(feature = "cuda")]
-struct SegmentDecodeOp<'a> {
-    group: &'a Df11Group,
-    elements: Range<usize>,
-}
-
-#[cfg(feature = "cuda")]
-impl CustomOp1 for SegmentDecodeOp<'_> {
-    fn name(&self) -> &'static str {
-        "df11-decode-segments"
-    }
-
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("df11: the segment kernel runs on CUDA only")
-    }
-
-    fn cuda_fwd(
-        &self,
-        storage: &candle_core::CudaStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let Store::Cuda(unit) = &self.group.store else {
-            candle_core::bail!("df11: unit `{}` is not on CUDA", self.group.name)
-        };
-        if let Some(p) = unit.packed() {
-            return crate::cuda::packed_kernels::decode_packed(
-                p,
-                storage,
-                layout,
-                self.elements.clone(),
-            );
-        }
-        let Some(args) = unit.segment_args(&self.group.layout) else {
-            candle_core::bail!("df11: unit `{}` has no segment index", self.group.name)
-        };
-        crate::cuda::fused::decode_segments(&args, storage, layout, self.elements.clone())
     }
 }

@@ -124,6 +124,14 @@ impl Df11Linear {
         self.bias.as_ref()
     }
 
+    /// The unit the weight is a member of, while it is kept compressed.
+    pub fn group(&self) -> Option<&Arc<Df11Group>> {
+        match &self.weight {
+            Weight::Compressed(s) => Some(&s.group),
+            Weight::Decoded(_) => None,
+        }
+    }
+
     /// `(out_features, in_features)`.
     pub fn shape(&self) -> (usize, usize) {
         match &self.weight {

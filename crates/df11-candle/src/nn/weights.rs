@@ -40,6 +40,16 @@ impl Module for Linear {
     }
 }
 
+impl Linear {
+    /// The compressed unit holding the weight (`None` for a dense or decoded weight).
+    pub fn group(&self) -> Option<&Arc<Df11Group>> {
+        match self {
+            Self::Df11(l) => l.group(),
+            Self::Dense(_) => None,
+        }
+    }
+}
+
 /// An embedding loaded from either kind of folder.
 #[derive(Debug, Clone)]
 pub enum Embedding {
@@ -71,7 +81,10 @@ impl Embedding {
 enum Source {
     Df11 {
         model: Box<Df11Model>,
-        groups: Mutex<HashMap<String, Arc<Df11Group>>>,
+        /// Units already on a device, by device (candle's device, not the GPU: two devices on
+        /// one GPU have their own tensors), offloaded or not, and unit name: a unit two modules
+        /// share (a tied embedding and output projection) is put on each device once.
+        groups: Mutex<HashMap<(String, bool, String), Arc<Df11Group>>>,
     },
     Dense(SafetensorsIndex),
 }
@@ -87,13 +100,16 @@ pub enum WeightFormat {
     Dense,
 }
 
-/// The weights of one model, on one device, in one compute dtype.
+/// The weights of one model, on one device, in one compute dtype. [`ModelWeights::on_device`]
+/// gives a view of the same folder on another device (a model split over several GPUs).
 pub struct ModelWeights {
     dir: PathBuf,
-    source: Source,
+    source: Arc<Source>,
     format: WeightFormat,
     device: Device,
     dtype: DType,
+    /// Compressed units of this view are offloaded ([`Df11Group::new_offloaded`]).
+    offload: bool,
 }
 
 impl std::fmt::Debug for ModelWeights {
@@ -148,11 +164,69 @@ impl ModelWeights {
         };
         Ok(Self {
             dir: dir.to_path_buf(),
-            source,
+            source: Arc::new(source),
             format,
             device: device.clone(),
             dtype,
+            offload: false,
         })
+    }
+
+    /// The same weights, put on `device` by the modules made from the view (the folder is
+    /// opened and validated once; each unit is put on each device at most once).
+    pub fn on_device(&self, device: &Device) -> Self {
+        Self {
+            dir: self.dir.clone(),
+            source: self.source.clone(),
+            format: self.format,
+            device: device.clone(),
+            dtype: self.dtype,
+            offload: false,
+        }
+    }
+
+    /// The same weights, with their compressed units offloaded: kept in host memory (pinned on
+    /// CUDA) and put on the device only while staged ([`Df11Group::stage`]). A DF11 folder
+    /// only: dense weights are refused.
+    pub fn offloaded(&self) -> Result<Self> {
+        if !matches!(self.format, WeightFormat::Df11) {
+            return Err(Df11Error::Usage(format!(
+                "{}: only DF11 weights kept compressed can be offloaded",
+                self.dir.display()
+            )));
+        }
+        Ok(Self {
+            offload: true,
+            ..self.on_device(&self.device)
+        })
+    }
+
+    /// Whether compressed units of this view are offloaded.
+    pub fn is_offloaded(&self) -> bool {
+        self.offload
+    }
+
+    /// Bytes each stored weight takes in the folder, by the name modules ask for: a DF11
+    /// unit's six tensors under the name of its first member, every other tensor under its
+    /// own name. (A unit's device form is within a few percent of its file bytes.)
+    pub fn stored_bytes(&self) -> Vec<(String, usize)> {
+        match &*self.source {
+            Source::Df11 { model, .. } => {
+                let units = model.units().iter().filter_map(|u| {
+                    let first = u.members.first()?;
+                    Some((first.clone(), model.unit_bytes(u)))
+                });
+                let plain = model.plain_tensors().iter().filter_map(|name| {
+                    let t = model.plain_tensor(name)?;
+                    Some((name.clone(), t.data.len()))
+                });
+                units.chain(plain).collect()
+            }
+            Source::Dense(index) => index
+                .names()
+                .filter_map(|name| Some((name.to_string(), index.get(name)?.data.len())))
+                .collect(),
+        }
     }
 
     /// The folder.
@@ -177,7 +251,7 @@ impl ModelWeights {
 
     /// The opened DF11 model, when reading one.
     pub fn df11_model(&self) -> Option<&Df11Model> {
-        match &self.source {
+        match &*self.source {
             Source::Df11 { model, .. } => Some(model),
             Source::Dense(_) => None,
         }
@@ -185,7 +259,7 @@ impl ModelWeights {
 
     /// Whether a weight `name` (e.g. `lm_head.weight`) exists, compressed or plain.
     pub fn contains(&self, name: &str) -> bool {
-        match &self.source {
+        match &*self.source {
             Source::Df11 { model, .. } => {
                 model.find_member(name).is_some() || model.plain_tensor(name).is_some()
             }
@@ -194,7 +268,7 @@ impl ModelWeights {
     }
 
     fn raw(&self, name: &str) -> Result<(RawTensor<'_>, PathBuf)> {
-        let (t, path) = match &self.source {
+        let (t, path) = match &*self.source {
             Source::Df11 { model, .. } => (model.plain_tensor(name), model.path_of(name)),
             Source::Dense(index) => (index.get(name), index.path_of(name)),
         };
@@ -232,18 +306,27 @@ impl ModelWeights {
     }
 
     fn group_of(&self, weight: &str) -> Result<Option<(Arc<Df11Group>, usize)>> {
-        let Source::Df11 { model, groups } = &self.source else {
+        let Source::Df11 { model, groups } = &*self.source else {
             return Ok(None);
         };
         let Some((unit, member)) = model.find_member(weight) else {
             return Ok(None);
         };
         let mut cache = groups.lock().expect("group cache lock");
-        let g = match cache.get(&unit.name) {
+        let key = (
+            format!("{:?}", self.device),
+            self.offload,
+            unit.name.clone(),
+        );
+        let g = match cache.get(&key) {
             Some(g) => g.clone(),
             None => {
-                let g = Df11Group::load(model, unit, &self.device)?;
-                cache.insert(unit.name.clone(), g.clone());
+                let g = if self.offload {
+                    Df11Group::load_offloaded(model, unit, &self.device, crate::exponent_form())?
+                } else {
+                    Df11Group::load(model, unit, &self.device)?
+                };
+                cache.insert(key, g.clone());
                 g
             }
         };
@@ -293,9 +376,9 @@ impl ModelWeights {
         Ok(Embedding::Dense(candle_nn::Embedding::new(w, hidden)))
     }
 
-    /// Bytes of weights resident on the device so far (compressed units count compressed).
+    /// Bytes of compressed units resident on devices so far (every device of every view).
     pub fn loaded_unit_bytes(&self) -> usize {
-        match &self.source {
+        match &*self.source {
             Source::Df11 { groups, .. } => groups
                 .lock()
                 .expect("group cache lock")

@@ -6,8 +6,6 @@ pub mod damage;
 pub mod products;
 pub mod roundtrip;
 
-use std::path::PathBuf;
-
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
@@ -22,27 +20,9 @@ pub const MODELS: [&str; 7] = [
     "phi4-tiny",
 ];
 
-/// `tests/fixtures` of the workspace. Resolved at run time from `CARGO_MANIFEST_DIR` (so test
-/// binaries carried to another machine find the fixtures next to the crate), falling back to
-/// the compile-time value. Panics when the folder is missing: a test must not pass without data.
-pub fn fixtures() -> PathBuf {
-    let manifest = std::env::var("CARGO_MANIFEST_DIR")
-        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
-    let dir = PathBuf::from(manifest).join("../../tests/fixtures");
-    assert!(
-        dir.join("models").is_dir(),
-        "fixtures not found at {}",
-        dir.display()
-    );
-    dir
-}
-
-/// `tests/fixtures/models/<name>/<kind>` (kind: `bf16` or `df11`).
-pub fn model_dir(name: &str, kind: &str) -> PathBuf {
-    let d = fixtures().join("models").join(name).join(kind);
-    assert!(d.is_dir(), "fixture folder missing: {}", d.display());
-    d
-}
+// Each test binary uses what it needs of these.
+#[allow(unused_imports)]
+pub use df11_candle::fixtures::{fixtures, model_dir};
 
 /// A fresh temporary folder.
 pub fn temp_dir() -> tempfile::TempDir {

@@ -92,7 +92,8 @@ fn assert_reference_greedy(name: &str, j: &Value) {
 }
 
 /// Every fixture through `--model-dir ... --json`: the reference's greedy tokens; the BF16
-/// folder with `--bf16` gives the same tokens and text.
+/// folder with `--bf16`, and the DF11 folder with its last layer offloaded
+/// (`--cpu-offload-layers 1`), give the same tokens and text.
 pub fn local_folder_greedy_json_matches_the_reference_and_bf16(m: &ModelUnderTest) {
     for name in m.fixtures {
         let r = reference(name);
@@ -108,6 +109,14 @@ pub fn local_folder_greedy_json_matches_the_reference_and_bf16(m: &ModelUnderTes
         let bf16 = json_of(&run(m, &args, &[]));
         assert_eq!(df11["generated_tokens"], bf16["generated_tokens"], "{name}");
         assert_eq!(df11["text"], bf16["text"], "{name}");
+        let mut args = greedy_args(&df11_dir, prompt);
+        args.extend(["--json", "--cpu-offload-layers", "1"]);
+        let offloaded = json_of(&run(m, &args, &[]));
+        assert_eq!(
+            df11["generated_tokens"], offloaded["generated_tokens"],
+            "{name}"
+        );
+        assert_eq!(df11["text"], offloaded["text"], "{name}");
     }
 }
 
@@ -237,6 +246,37 @@ pub fn errors_exit_non_zero_with_a_message(m: &ModelUnderTest) {
         (vec!["--matmul", "bogus"], "unknown matmul path"),
     ] {
         let mut all = vec!["--model-dir", dir, "--cpu"];
+        all.extend(args);
+        let stderr = stderr_of_failure(&run(m, &all, &[]));
+        assert!(stderr.contains(needle), "{all:?}: {stderr}");
+    }
+    // Device lists (not with --cpu, which they conflict with).
+    for (args, needle) in [
+        (vec!["--devices", "0,0"], "device 0 is named twice"),
+        (vec!["--devices", "97"], "CUDA device 97 does not exist"),
+        (
+            vec!["--devices", "0", "--device-map", "2;1"],
+            "expected `auto` or layer counts",
+        ),
+        (vec!["--devices", "0", "--cpu"], "cannot be used with"),
+        (vec!["--cpu", "--cpu-offload-layers", "99"], "layers"),
+        (
+            vec!["--cpu", "--max-gpu-memory", "1KB"],
+            "every layer offloaded",
+        ),
+        (vec!["--cpu", "--max-gpu-memory", "lots"], "expected a size"),
+        (
+            vec![
+                "--cpu",
+                "--cpu-offload-layers",
+                "1",
+                "--max-gpu-memory",
+                "6GB",
+            ],
+            "cannot be used with",
+        ),
+    ] {
+        let mut all = vec!["--model-dir", dir, "--prompt", "x"];
         all.extend(args);
         let stderr = stderr_of_failure(&run(m, &all, &[]));
         assert!(stderr.contains(needle), "{all:?}: {stderr}");

@@ -7,6 +7,8 @@
 //! - [`exact`]: DF11 == BF16 logits bit for bit on the test device, the tie read from the config;
 //! - [`errors`]: typed load errors (missing folder or files, another architecture, the wrong
 //!   format, legacy pickle repos, unsupported configs);
+//! - [`split`]: the model split over several devices, or with layers offloaded to host
+//!   memory, == the model on one device, bit for bit;
 //! - [`cli`]: the model binary end to end (JSON greedy output, `--bf16`, the chat template,
 //!   streamed text and report, the Hub cache, errors with their messages).
 //!
@@ -16,6 +18,7 @@ pub mod cli;
 pub mod errors;
 pub mod exact;
 pub mod reference;
+pub mod split;
 
 use std::path::{Path, PathBuf};
 
@@ -30,6 +33,7 @@ use crate::error::Result;
 use crate::model::DecoderModel;
 use crate::progress::LoadBar;
 use crate::source::ModelSource;
+use crate::spec::ModelSpec;
 
 /// An architecture under test: its name and loader, the fixtures it runs, and its binary.
 #[derive(Debug, Clone)]
@@ -42,6 +46,8 @@ pub struct ModelUnderTest {
     pub default_repo: &'static str,
     /// `df11_llm::load::<A>`.
     pub load: fn(&LoadOptions) -> Result<Loaded>,
+    /// `A::spec`: the model's spec from its config.
+    pub spec: fn(&ModelConfig, &ModelWeights) -> Result<ModelSpec>,
     /// `A::load`: the model from a config and weights opened on any device.
     pub build: fn(&ModelConfig, &ModelWeights, &LoadBar) -> Result<DecoderModel>,
     /// The fixtures of this architecture (`tests/fixtures/models/<name>`).
@@ -59,6 +65,7 @@ impl ModelUnderTest {
             model_types: A::MODEL_TYPES,
             default_repo: A::DEFAULT_REPO,
             load: load::<A>,
+            spec: A::spec,
             build: A::load,
             fixtures,
             binary,
@@ -71,6 +78,8 @@ impl ModelUnderTest {
             source: ModelSource::Local(dir.to_path_buf()),
             bf16,
             device: Device::Cpu,
+            split: None,
+            offload: Default::default(),
             dtype,
             show_progress: false,
             decode: Default::default(),
@@ -141,6 +150,8 @@ macro_rules! model_tests {
             exact::tie_is_read_from_the_config,
             exact::decode_paths_agree,
             exact::engine_batches_equal_single_runs,
+            split::split_layers_equal_one_device,
+            split::offloaded_layers_equal_resident,
             errors::missing_folder,
             errors::another_architecture,
             errors::wrong_format_either_way,
@@ -176,26 +187,7 @@ pub fn binary(name: &str, built: &str) -> PathBuf {
     }
 }
 
-/// `tests/fixtures` of the workspace, resolved at run time from `CARGO_MANIFEST_DIR` (falling
-/// back to the compile-time value). Panics when missing: a test must not pass without data.
-pub fn fixtures() -> PathBuf {
-    let manifest = std::env::var("CARGO_MANIFEST_DIR")
-        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
-    let dir = PathBuf::from(manifest).join("../../tests/fixtures");
-    assert!(
-        dir.join("models").is_dir(),
-        "fixtures not found at {}",
-        dir.display()
-    );
-    dir
-}
-
-/// `tests/fixtures/models/<name>/<kind>` (kind: `bf16` or `df11`).
-pub fn model_dir(name: &str, kind: &str) -> PathBuf {
-    let d = fixtures().join("models").join(name).join(kind);
-    assert!(d.is_dir(), "fixture folder missing: {}", d.display());
-    d
-}
+pub use df11_candle::fixtures::{fixtures, model_dir};
 
 /// The fixture's reference.json.
 pub fn reference(name: &str) -> Value {

@@ -4,12 +4,16 @@
 //! baseline row: same prompt, same timing).
 //!
 //! `qwen3-df11-bench --model-dir DIR [--bf16] [--batch 1] [--prompt-tokens 512] [--decode-tokens 128]
-//! [--no-cuda-graph] [--stock]`
+//! [--no-cuda-graph] [--stock] [--devices 0,1 [--device-map auto|20,16]]
+//! [--cpu-offload-layers N | --max-gpu-memory SIZE]`
 
 use candle_transformers::models::qwen3;
 use clap::Parser;
 use df11_llm::bench::{bench_model, measure, vocab_size, BenchOptions, BenchResult};
-use df11_llm::{select_device, select_dtype, ComputeDtype, ModelConfig, PeakMemory};
+use df11_llm::{
+    cuda_devices, select_device, select_dtype, ComputeDtype, DeviceMap, ModelConfig, Offload,
+    PeakMemory,
+};
 use qwen3_df11::Qwen3Arch;
 
 #[derive(Parser, Debug)]
@@ -22,8 +26,20 @@ struct Cli {
     #[arg(long)]
     bf16: bool,
     /// Run on the CPU.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "devices")]
     cpu: bool,
+    /// CUDA devices to split the layers over, e.g. `0,1`.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    devices: Vec<usize>,
+    /// How --devices share the layers: `auto` or a count per device.
+    #[arg(long, default_value = "auto", requires = "devices")]
+    device_map: df11_llm::LayerSplit,
+    /// Keep the last N layers' compressed units in host memory.
+    #[arg(long, conflicts_with = "max_gpu_memory")]
+    cpu_offload_layers: Option<usize>,
+    /// Offload as few layers as keep the weights on the GPU within SIZE (e.g. 6GB).
+    #[arg(long, value_parser = df11_llm::parse_size)]
+    max_gpu_memory: Option<u64>,
     /// Compute dtype (default bf16 on CUDA, f32 on CPU).
     #[arg(long, value_enum)]
     dtype: Option<ComputeDtype>,
@@ -83,12 +99,31 @@ fn bench_stock(opts: &BenchOptions) -> anyhow::Result<BenchResult> {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let device = select_device(cli.cpu)?;
+    let (device, split) = if cli.devices.is_empty() {
+        (select_device(cli.cpu)?, None)
+    } else {
+        let devices = cuda_devices(&cli.devices)?;
+        let map = DeviceMap {
+            devices: devices.clone(),
+            split: cli.device_map.clone(),
+        };
+        (devices[0].clone(), Some(map))
+    };
+    let offload = match (cli.cpu_offload_layers, cli.max_gpu_memory) {
+        (Some(n), _) => Offload::Layers(n),
+        (None, Some(bytes)) => Offload::MaxDeviceBytes(bytes),
+        (None, None) => Offload::None,
+    };
+    if (split.is_some() || offload != Offload::None) && cli.stock {
+        anyhow::bail!("--stock runs on one device with every weight on it");
+    }
     let dtype = select_dtype(cli.dtype, &device);
     let opts = BenchOptions {
         dir: cli.model_dir,
         bf16: cli.bf16,
         device,
+        split,
+        offload,
         dtype,
         batch: cli.batch,
         prompt_tokens: cli.prompt_tokens,

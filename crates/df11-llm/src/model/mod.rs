@@ -6,11 +6,20 @@
 //! (weights kept compressed, decoded just before use) and a plain BF16 folder, with bit-identical
 //! results.
 //!
+//! A model may be split over several devices ([`Placement`]): each layer, its KV cache and its
+//! rotary tables live on the device of its segment, the residual stream moves between segments
+//! ([`crate::transfer`]), and every device runs the kernels one device would: the same tokens
+//! and logits, bit for bit.
+//!
 //! The KV cache is allocated once per sequence slot for a maximum context
 //! ([`DecodeOptions::max_context`]). Prompts (and decode steps off the kernel path) run eagerly
 //! ([`DecoderLayer::forward`]); on CUDA in BF16 a decode step runs the step kernels
 //! (`DecoderLayer::step`) and, unless turned off, is captured as a CUDA graph per batch size
 //! and replayed (`crate::graph`). Both give the same tokens and logits, bit for bit.
+
+#[cfg(feature = "cuda")]
+mod kernel_step;
+mod plan;
 
 use candle_core::{DType, Device, Module, Tensor};
 use df11_candle::{Embedding, Linear, ModelWeights};
@@ -21,11 +30,13 @@ use crate::error::{LlmError, Result};
 use crate::generate::CausalLm;
 use crate::kv_cache::KvCache;
 use crate::norm::RmsNorm;
+use crate::placement::{DeviceMap, Offload, Placement};
 use crate::progress::LoadBar;
 use crate::rope::RotaryEmbedding;
 use crate::spec::ModelSpec;
 use crate::step::StepRows;
 use crate::tie::output_projection;
+use crate::transfer::to_device;
 
 /// The context a model gets when none is asked for (capped by the model's own maximum).
 pub const DEFAULT_MAX_CONTEXT: usize = 4096;
@@ -56,9 +67,11 @@ impl Default for DecodeOptions {
 
 /// The per-sequence state: each layer's KV cache and the full rotary tables.
 struct Caches {
+    /// Layer `i`'s cache, on its segment's device.
     kv: Vec<KvCache>,
-    /// `(cos, sin)` of each RoPE spec, `capacity` rows.
-    tables: Vec<(Tensor, Tensor)>,
+    /// `tables[segment][rope]`: `(cos, sin)` of each RoPE spec, `capacity` rows, on the
+    /// segment's device (copies of one computation: every device sees the same values).
+    tables: Vec<Vec<(Tensor, Tensor)>>,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     capacity: usize,
     slots: usize,
@@ -74,29 +87,63 @@ pub struct DecoderModel {
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     lm_head: Linear,
-    device: Device,
+    placement: Placement,
+    /// The compressed units of each offloaded layer (empty for the others), staged a layer
+    /// ahead of use and released after it.
+    offloaded_units: Vec<Vec<std::sync::Arc<df11_candle::Df11Group>>>,
     dtype: DType,
     options: DecodeOptions,
+    /// Captured decode steps by bucket of rows: one graph per segment.
     #[cfg(feature = "cuda")]
-    graphs: std::collections::HashMap<usize, crate::graph::StepGraph>,
+    graphs: std::collections::HashMap<usize, Vec<crate::graph::StepGraph>>,
     caches: Option<Caches>,
 }
 
 impl DecoderModel {
-    /// Builds the model of `spec` from `weights` (DF11 or dense); `progress` counts layers.
+    /// Builds the model of `spec` from `weights` (DF11 or dense) on the weights' device;
+    /// `progress` counts layers.
     pub fn load(spec: ModelSpec, weights: &ModelWeights, progress: &LoadBar) -> Result<Self> {
+        let placement = Placement::single(weights.device(), spec.layers.len());
+        Self::load_placed(spec, weights, placement, progress)
+    }
+
+    /// Builds the model of `spec` split over the devices of `map` (layers balanced by free
+    /// memory, or as counted). A split that cannot fit is an [`LlmError::OutOfMemory`] naming
+    /// the device, before any weight is put on one.
+    pub fn load_split(
+        spec: ModelSpec,
+        weights: &ModelWeights,
+        map: &DeviceMap,
+        progress: &LoadBar,
+    ) -> Result<Self> {
+        let placement = Self::plan(&spec, weights, Some(map), Offload::None)?;
+        Self::load_placed(spec, weights, placement, progress)
+    }
+
+    /// Builds the model of `spec` with its layers where `placement` puts them.
+    pub fn load_placed(
+        spec: ModelSpec,
+        weights: &ModelWeights,
+        placement: Placement,
+        progress: &LoadBar,
+    ) -> Result<Self> {
         if let Some(problem) = spec.problem() {
             return Err(LlmError::Usage(format!("model spec: {problem}")));
         }
+        let offloaded = placement.offloaded();
+        let placement = Placement::from_segments(placement.segments().to_vec(), spec.layers.len())?
+            .with_offloaded(offloaded)?;
         progress.set_steps(spec.layers.len() + 1);
         let d = &spec.decoder;
         let (vocab, hidden) = (spec.vocab_size, d.hidden_size);
         let prefix = &spec.names.model;
+        let first = weights.on_device(placement.first_device());
+        let last = weights.on_device(placement.last_device());
         let embed_module = format!("{prefix}.embed_tokens");
-        let embed_tokens = weights.embedding(&embed_module, vocab, hidden)?;
+        let embed_tokens = first.embedding(&embed_module, vocab, hidden)?;
         let embed_scale = if spec.scale_embedding {
-            let scale = Tensor::new(&[(hidden as f32).sqrt()], weights.device())?;
-            Some(scale.to_dtype(weights.dtype())?)
+            let scale = Tensor::new(&[(hidden as f32).sqrt()], first.device())?;
+            Some(scale.to_dtype(first.dtype())?)
         } else {
             None
         };
@@ -104,25 +151,27 @@ impl DecoderModel {
             .ropes
             .iter()
             .map(|r| {
-                RotaryEmbedding::new(
-                    r.inv_freq(),
-                    d.max_positions,
-                    weights.dtype(),
-                    weights.device(),
-                )
+                RotaryEmbedding::new(r.inv_freq(), d.max_positions, first.dtype(), first.device())
             })
             .collect();
         let mut layers = Vec::with_capacity(spec.layers.len());
+        let mut offloaded_units = Vec::with_capacity(spec.layers.len());
         for i in 0..spec.layers.len() {
-            layers.push(DecoderLayer::load(
-                d,
-                weights,
-                &format!("{prefix}.layers.{i}"),
-            )?);
+            let mut on = weights.on_device(placement.device_of(i));
+            if placement.is_offloaded(i) {
+                on = on.offloaded()?;
+            }
+            let layer = DecoderLayer::load(d, &on, &format!("{prefix}.layers.{i}"))?;
+            offloaded_units.push(if placement.is_offloaded(i) {
+                layer.units()
+            } else {
+                Vec::new()
+            });
+            layers.push(layer);
             progress.step();
         }
         let norm = RmsNorm::load_kind(
-            weights,
+            &last,
             &format!("{prefix}.norm"),
             hidden,
             d.rms_norm_eps,
@@ -131,7 +180,7 @@ impl DecoderModel {
         // Tied or not is the config's call, not the weight names': in a DF11 repo
         // `lm_head.weight` is a compressed unit, not a tensor of that name.
         let lm_head = output_projection(
-            weights,
+            &last,
             spec.tie_word_embeddings,
             &spec.names.lm_head,
             &embed_module,
@@ -148,13 +197,50 @@ impl DecoderModel {
             layers,
             norm,
             lm_head,
-            device: weights.device().clone(),
+            placement,
+            offloaded_units,
             dtype: weights.dtype(),
             options: DecodeOptions::default(),
             #[cfg(feature = "cuda")]
             graphs: Default::default(),
             caches: None,
         })
+    }
+
+    /// Where the layers run.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    /// The offloaded units of every layer (for the harness's checks of the staging schedule).
+    #[doc(hidden)]
+    pub fn offloaded_units_for_tests(&self) -> Vec<std::sync::Arc<df11_candle::Df11Group>> {
+        self.offloaded_units.iter().flatten().cloned().collect()
+    }
+
+    /// Puts layer `layer`'s offloaded units on its device ahead of use (nothing for a resident
+    /// layer, or one past the last).
+    fn stage_layer(&self, layer: usize) -> Result<()> {
+        for unit in self.offloaded_units.get(layer).into_iter().flatten() {
+            unit.stage()?;
+        }
+        Ok(())
+    }
+
+    /// Drops layer `layer`'s offloaded units from its device (after its work is queued).
+    fn release_layer(&self, layer: usize) {
+        for unit in self.offloaded_units.get(layer).into_iter().flatten() {
+            unit.release();
+        }
+    }
+
+    /// Runs `body` for layer `layer` with the next layer's offloaded units staged during it and
+    /// this layer's released after it.
+    fn with_staging<T>(&self, layer: usize, body: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.stage_layer(layer + 1)?;
+        let out = body();
+        self.release_layer(layer);
+        out
     }
 
     /// The spec the model was built from.
@@ -211,21 +297,34 @@ impl DecoderModel {
         let capacity = self.max_context();
         let d = &self.spec.decoder;
         let kv = (0..self.layers.len())
-            .map(|_| {
+            .map(|i| {
                 KvCache::new(
                     slots,
                     d.num_key_value_heads,
                     capacity,
                     d.head_dim,
                     self.dtype,
-                    &self.device,
+                    self.placement.device_of(i),
                 )
             })
             .collect::<Result<Vec<_>>>()?;
-        let tables = self
+        let computed = self
             .ropes
             .iter_mut()
             .map(|r| r.tables(0, capacity))
+            .collect::<Result<Vec<_>>>()?;
+        let tables = self
+            .placement
+            .segments()
+            .iter()
+            .map(|seg| {
+                computed
+                    .iter()
+                    .map(|(cos, sin)| {
+                        Ok((to_device(cos, &seg.device)?, to_device(sin, &seg.device)?))
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
             .collect::<Result<Vec<_>>>()?;
         self.caches = Some(Caches {
             kv,
@@ -260,87 +359,48 @@ impl DecoderModel {
     }
 
     /// The eager pass: `ids` `[rows, seq]` at positions `start..`, row `r` in slot
-    /// `first_slot + r`.
+    /// `first_slot + r`. Logits come out on the last segment's device.
     fn forward_eager(&self, ids: &Tensor, first_slot: usize, start: usize) -> Result<Tensor> {
         let caches = self.caches.as_ref().expect("caches are allocated first");
         let seq = ids.dim(1)?;
-        let mut x = self.embed(ids)?;
-        let tables = caches
-            .tables
-            .iter()
-            .map(|(cos, sin)| Ok((cos.narrow(0, start, seq)?, sin.narrow(0, start, seq)?)))
-            .collect::<Result<Vec<_>>>()?;
-        // One mask per distinct window, only where a step needs one (several queries, or keys
-        // beyond the window).
-        let mut masks: Vec<(Option<usize>, Option<Tensor>)> = Vec::new();
-        for layer in &self.spec.layers {
-            if !masks.iter().any(|(w, _)| *w == layer.window) {
-                let mask = decoder_mask(seq, start, layer.window, &self.device)?;
-                masks.push((layer.window, mask));
+        let mut x = self.embed(&to_device(ids, self.placement.first_device())?)?;
+        for (s, seg) in self.placement.segments().iter().enumerate() {
+            if seg.layers.is_empty() {
+                continue;
+            }
+            x = to_device(&x, &seg.device)?;
+            let tables = caches.tables[s]
+                .iter()
+                .map(|(cos, sin)| Ok((cos.narrow(0, start, seq)?, sin.narrow(0, start, seq)?)))
+                .collect::<Result<Vec<_>>>()?;
+            // One mask per distinct window, only where a step needs one (several queries, or
+            // keys beyond the window).
+            let mut masks: Vec<(Option<usize>, Option<Tensor>)> = Vec::new();
+            for layer in &self.spec.layers[seg.layers.clone()] {
+                if !masks.iter().any(|(w, _)| *w == layer.window) {
+                    let mask = decoder_mask(seq, start, layer.window, &seg.device)?;
+                    masks.push((layer.window, mask));
+                }
+            }
+            for i in seg.layers.clone() {
+                let ls = &self.spec.layers[i];
+                let (cos, sin) = &tables[ls.rope];
+                let mask = masks
+                    .iter()
+                    .find(|(w, _)| *w == ls.window)
+                    .and_then(|(_, m)| m.as_ref());
+                let at = EagerAt {
+                    cos,
+                    sin,
+                    mask,
+                    kv: &caches.kv[i],
+                    first_slot,
+                    start,
+                };
+                x = self.with_staging(i, || self.layers[i].forward(&x, &at))?;
             }
         }
-        for (i, (layer, ls)) in self.layers.iter().zip(&self.spec.layers).enumerate() {
-            let (cos, sin) = &tables[ls.rope];
-            let mask = masks
-                .iter()
-                .find(|(w, _)| *w == ls.window)
-                .and_then(|(_, m)| m.as_ref());
-            let at = EagerAt {
-                cos,
-                sin,
-                mask,
-                kv: &caches.kv[i],
-                first_slot,
-                start,
-            };
-            x = layer.forward(&x, &at)?;
-        }
-        self.head(&x)
-    }
-
-    /// Whether decode steps can take the step kernels: CUDA, BF16, head sizes they take.
-    #[cfg(feature = "cuda")]
-    fn step_kernels_apply(&self) -> bool {
-        self.options.step_kernels
-            && self.device.is_cuda()
-            && self.dtype == DType::BF16
-            && self.layers.iter().all(DecoderLayer::step_supported)
-    }
-
-    /// One decode step through the step kernels: `x` `[rows, 1, hidden]` embedded tokens,
-    /// `positions`/`slots` `[rows]` u32 on the device. Returns logits `[rows, vocab]`.
-    #[cfg(feature = "cuda")]
-    fn step_body(&self, x: &Tensor, positions: &Tensor, slots: &Tensor) -> Result<Tensor> {
-        let caches = self.caches.as_ref().expect("caches are allocated first");
-        let dev = self.device.as_cuda_device()?;
-        let d = &self.spec.decoder;
-        let groups = d.num_attention_heads / d.num_key_value_heads;
-        let splits = df11_candle::ops::flash_decode_splits(
-            dev,
-            x.dim(0)?,
-            d.num_key_value_heads,
-            groups.div_ceil(groups.next_power_of_two().min(8)),
-            caches.capacity,
-        )?;
-        // The residual stream is updated in place: work on a copy of the inputs.
-        let mut x = x.copy()?;
-        let mut pending = None;
-        for (i, (layer, ls)) in self.layers.iter().zip(&self.spec.layers).enumerate() {
-            let (cos, sin) = &caches.tables[ls.rope];
-            let ctx = crate::step::StepCtx {
-                positions,
-                slots,
-                cos,
-                sin,
-                window: ls.window,
-                splits,
-            };
-            let (next, h) = layer.step(x, pending, &ctx, &caches.kv[i])?;
-            x = next;
-            pending = Some(h);
-        }
-        let (_, normed) = crate::step::add_norm(x, pending, &self.norm)?;
-        self.logits(&normed)
+        self.head(&to_device(&x, self.placement.last_device())?)
     }
 
     /// Allocates the KV cache for `slots` sequences (at the maximum context) now, so that
@@ -372,7 +432,7 @@ impl DecoderModel {
                 self.slots()
             )));
         }
-        let ids = Tensor::new(ids, &self.device)?.unsqueeze(0)?;
+        let ids = Tensor::new(ids, self.placement.first_device())?.unsqueeze(0)?;
         self.forward_eager(&ids, slot, start)
     }
 
@@ -406,64 +466,17 @@ impl DecoderModel {
         let first = rows.slots[0];
         let uniform = rows.positions.iter().all(|&p| p == rows.positions[0])
             && rows.slots.iter().enumerate().all(|(i, &s)| s == first + i);
+        let device = self.placement.first_device();
         if uniform {
-            let ids = Tensor::new(tokens, &self.device)?.unsqueeze(1)?;
+            let ids = Tensor::new(tokens, device)?.unsqueeze(1)?;
             return self.forward_eager(&ids, first, rows.positions[0]);
         }
         let mut out = Vec::with_capacity(rows.len());
         for ((&t, &slot), &pos) in tokens.iter().zip(&rows.slots).zip(&rows.positions) {
-            let ids = Tensor::new(&[t], &self.device)?.unsqueeze(0)?;
+            let ids = Tensor::new(&[t], device)?.unsqueeze(0)?;
             out.push(self.forward_eager(&ids, slot, pos)?);
         }
         Ok(Tensor::cat(&out, 0)?)
-    }
-
-    /// The step kernels, through a CUDA graph per bucket of rows unless graphs are off.
-    #[cfg(feature = "cuda")]
-    fn decode_kernels(&mut self, tokens: &[u32], rows: &StepRows) -> Result<Tensor> {
-        let n = rows.len();
-        if !self.options.cuda_graph {
-            let ids = Tensor::new(tokens, &self.device)?.unsqueeze(1)?;
-            let x = self.embed(&ids)?.contiguous()?;
-            let (positions, slots) = rows.to_device(&self.device)?;
-            return self.step_body(&x, &positions, &slots);
-        }
-        // Pad to a power of two with free slots at position 0 (a new sequence overwrites it),
-        // so a handful of graphs serve every batch size.
-        let total = self.slots();
-        let bucket = n.next_power_of_two().min(total);
-        let mut padded = rows.clone();
-        let mut tokens = tokens.to_vec();
-        let mut free = (0..total).filter(|s| !rows.slots.contains(s));
-        while padded.len() < bucket {
-            padded
-                .slots
-                .push(free.next().expect("a bucket never exceeds the slots"));
-            padded.positions.push(0);
-            tokens.push(0);
-        }
-        let ids = Tensor::new(tokens.as_slice(), &self.device)?.unsqueeze(1)?;
-        let x = self.embed(&ids)?.contiguous()?;
-        let logits = match self.graphs.get(&bucket) {
-            Some(graph) => graph.replay(&x, &padded.positions, &padded.slots)?,
-            None => {
-                let dev = self.device.as_cuda_device()?.clone();
-                let (graph, logits) = crate::graph::StepGraph::capture(
-                    &dev,
-                    &x,
-                    &padded.positions,
-                    &padded.slots,
-                    &|x, p, s| self.step_body(x, p, s),
-                )?;
-                self.graphs.insert(bucket, graph);
-                logits
-            }
-        };
-        Ok(if bucket > n {
-            logits.narrow(0, 0, n)?
-        } else {
-            logits
-        })
     }
 }
 
@@ -495,7 +508,16 @@ impl CausalLm for DecoderModel {
         DecoderModel::max_context(self)
     }
 
+    /// Where token ids go (the first segment's device); logits come from the last one's.
     fn device(&self) -> &Device {
-        &self.device
+        self.placement.first_device()
+    }
+
+    fn devices(&self) -> Vec<Device> {
+        self.placement
+            .segments()
+            .iter()
+            .map(|s| s.device.clone())
+            .collect()
     }
 }

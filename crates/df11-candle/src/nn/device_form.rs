@@ -1,0 +1,116 @@
+//! A unit's device form: `sign_mantissa` and the exponents as an operation reads them
+//! ([`OnDevice`]), how validated tensors are put on a device ([`upload`]), and the borrow an
+//! operation holds while it runs ([`Held`]).
+
+use std::sync::Arc;
+
+use candle_core::{Device, Tensor};
+
+use crate::codec::decode::DecodeTable;
+use crate::error::{Df11Error, Result};
+use crate::format::unit::{UnitLayout, UnitTensors};
+
+/// Where the unit's exponents live.
+pub(crate) enum Store {
+    /// Host copies (the op's argument tensor holds `sign_mantissa`).
+    Cpu {
+        encoded_exponent: Vec<u8>,
+        luts: Vec<u8>,
+        gaps: Vec<u8>,
+        table: DecodeTable,
+    },
+    /// Device buffers for the kernel.
+    #[cfg(feature = "cuda")]
+    Cuda(crate::cuda::unit::CudaUnit),
+}
+
+/// A unit's bytes on its device: `sign_mantissa` (the ops' argument tensor) and the exponents.
+pub(crate) struct OnDevice {
+    pub(crate) sign_mantissa: Tensor,
+    pub(crate) store: Store,
+}
+
+/// The unit's device form while an operation uses it.
+pub(crate) enum Held<'a> {
+    Resident(&'a OnDevice),
+    Staged(Arc<OnDevice>),
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = OnDevice;
+
+    fn deref(&self) -> &OnDevice {
+        match self {
+            Held::Resident(r) => r,
+            Held::Staged(s) => s,
+        }
+    }
+}
+
+impl OnDevice {
+    /// Device bytes of a unit of `n_elements` in this form.
+    pub(crate) fn device_bytes(&self, n_elements: usize) -> usize {
+        match &self.store {
+            Store::Cpu {
+                encoded_exponent,
+                luts,
+                gaps,
+                ..
+            } => n_elements + encoded_exponent.len() + luts.len() + gaps.len(),
+            #[cfg(feature = "cuda")]
+            Store::Cuda(c) => n_elements + c.device_bytes(),
+        }
+    }
+
+    pub(crate) fn is_packed(&self) -> bool {
+        match &self.store {
+            Store::Cpu { .. } => false,
+            #[cfg(feature = "cuda")]
+            Store::Cuda(c) => c.packed().is_some(),
+        }
+    }
+
+    pub(crate) fn has_segment_index(&self, layout: &UnitLayout) -> bool {
+        #[cfg(not(feature = "cuda"))]
+        let _ = layout;
+        match &self.store {
+            Store::Cpu { .. } => false,
+            #[cfg(feature = "cuda")]
+            Store::Cuda(c) => c.segment_args(layout).is_some(),
+        }
+    }
+}
+
+/// Puts validated unit tensors on `device` (exponents in `form` on CUDA).
+pub(crate) fn upload(
+    name: &str,
+    t: &UnitTensors<'_>,
+    layout: &UnitLayout,
+    device: &Device,
+    form: crate::ExponentForm,
+) -> Result<OnDevice> {
+    #[cfg(not(feature = "cuda"))]
+    let _ = (name, layout, form);
+    let sign_mantissa = Tensor::from_slice(t.sign_mantissa, t.sign_mantissa.len(), device)?;
+    let store = match device {
+        Device::Cpu => Store::Cpu {
+            encoded_exponent: t.encoded_exponent.to_vec(),
+            luts: t.luts.to_vec(),
+            gaps: t.gaps.to_vec(),
+            table: DecodeTable::new(t.luts),
+        },
+        #[cfg(feature = "cuda")]
+        Device::Cuda(dev) => Store::Cuda(crate::cuda::unit::CudaUnit::new(
+            dev, name, t, layout, form,
+        )?),
+        other => {
+            return Err(Df11Error::Usage(format!(
+                "DF11 decoding is implemented for the CPU and CUDA, not {other:?}"
+            )))
+        }
+    };
+    Ok(OnDevice {
+        sign_mantissa,
+        store,
+    })
+}

@@ -1,0 +1,112 @@
+//! Moving activations between the devices of a split model ([`crate::placement`]).
+//!
+//! Between two CUDA devices the copy is a peer copy on the receiving device's stream, ordered
+//! after the sending stream's work by an event (cudarc's cross-context `memcpy_dtod`), with peer
+//! access enabled once per pair where the hardware allows it (else the driver stages through the
+//! host). Anything else goes through candle's `to_device`. `DF11_PEER_COPY=0` sends CUDA copies
+//! through the host too (for diagnosis).
+
+use candle_core::{Device, Tensor};
+
+use crate::error::Result;
+
+/// `t` on `device`: `t` itself when it is already there, else a contiguous copy.
+pub fn to_device(t: &Tensor, device: &Device) -> Result<Tensor> {
+    if t.device().same_device(device) {
+        return Ok(t.clone());
+    }
+    #[cfg(feature = "cuda")]
+    if let (Device::Cuda(_), Device::Cuda(dst)) = (t.device(), device) {
+        if std::env::var("DF11_PEER_COPY").map_or(true, |v| v != "0") {
+            return cuda::peer_copy(&t.contiguous()?, dst);
+        }
+    }
+    Ok(t.to_device(device)?)
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use candle_core::backend::BackendStorage;
+    use candle_core::cuda_backend::cudarc::driver::{sys, CudaSlice, DeviceRepr};
+    use candle_core::cuda_backend::{CudaDType, CudaDevice, WrapErr};
+    use candle_core::op::BackpropOp;
+    use candle_core::{CudaStorage, DType, Storage, Tensor};
+
+    use crate::error::{LlmError, Result};
+
+    /// Ordinal pairs whose peer access was asked for already.
+    static PEERS: std::sync::Mutex<Vec<(usize, usize)>> = std::sync::Mutex::new(Vec::new());
+
+    /// Lets `dst`'s context read `src`'s memory directly, where the hardware allows (once per
+    /// pair; failure only leaves the host-staged copy).
+    fn enable_peer_access(src: &CudaDevice, dst: &CudaDevice) {
+        let (s, d) = (
+            src.cuda_stream().context().clone(),
+            dst.cuda_stream().context().clone(),
+        );
+        let pair = (s.ordinal(), d.ordinal());
+        let mut done = PEERS.lock().expect("peer lock");
+        if pair.0 == pair.1 || done.contains(&pair) {
+            return;
+        }
+        done.push(pair);
+        // SAFETY: driver queries and a context setting on live contexts; errors are ignored
+        // (already enabled, or no peer path: the copy then goes through the host).
+        unsafe {
+            let mut can: i32 = 0;
+            if sys::cuDeviceCanAccessPeer(&mut can, d.cu_device(), s.cu_device())
+                != sys::CUresult::CUDA_SUCCESS
+                || can == 0
+            {
+                return;
+            }
+            if d.bind_to_thread().is_ok() {
+                let _ = sys::cuCtxEnablePeerAccess(s.cu_ctx(), 0);
+            }
+        }
+    }
+
+    fn copy_slice<T: CudaDType + DeviceRepr>(
+        storage: &CudaStorage,
+        start: usize,
+        len: usize,
+        dst: &CudaDevice,
+    ) -> Result<CudaStorage> {
+        let src = storage.as_cuda_slice::<T>()?.slice(start..start + len);
+        let stream = dst.cuda_stream();
+        // SAFETY: every element is written by the copy before the storage is used.
+        let mut out: CudaSlice<T> = unsafe { stream.alloc::<T>(len) }.w()?;
+        // Cross-context: cudarc makes the receiving stream wait for the sender's work first.
+        stream.memcpy_dtod(&src, &mut out).w()?;
+        Ok(CudaStorage::wrap_cuda_slice(out, dst.clone()))
+    }
+
+    /// A copy of contiguous `t` on `dst`.
+    pub(super) fn peer_copy(t: &Tensor, dst: &CudaDevice) -> Result<Tensor> {
+        let (storage, layout) = t.storage_and_layout();
+        let Storage::Cuda(src) = &*storage else {
+            return Err(LlmError::Usage("peer copy of a tensor not on CUDA".into()));
+        };
+        enable_peer_access(src.device(), dst);
+        let (start, len) = (layout.start_offset(), layout.shape().elem_count());
+        let out = match t.dtype() {
+            DType::BF16 => copy_slice::<half::bf16>(src, start, len, dst)?,
+            DType::F16 => copy_slice::<half::f16>(src, start, len, dst)?,
+            DType::F32 => copy_slice::<f32>(src, start, len, dst)?,
+            DType::U32 => copy_slice::<u32>(src, start, len, dst)?,
+            DType::I64 => copy_slice::<i64>(src, start, len, dst)?,
+            DType::U8 => copy_slice::<u8>(src, start, len, dst)?,
+            _ => {
+                drop(storage);
+                return Ok(t.to_device(&candle_core::Device::Cuda(dst.clone()))?);
+            }
+        };
+        drop(storage);
+        Ok(Tensor::from_storage(
+            Storage::Cuda(out),
+            t.shape().clone(),
+            BackpropOp::none(),
+            false,
+        ))
+    }
+}
