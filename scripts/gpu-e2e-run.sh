@@ -44,6 +44,9 @@ for batch in $batches; do
   bench "stock b$batch ctx512" --model-dir "$WORK/bf16" --stock --batch "$batch"
 done
 bench "df11 b1 ctx512 no-graph" --model-dir "$WORK/df11" --no-cuda-graph
+# The packed form built on the GPU at load (DF11_GPU_PACK=1): the load time against the CPU
+# build's row above, and the same tokens.
+DF11_GPU_PACK=1 bench "df11 b1 ctx512 gpu-pack" --model-dir "$WORK/df11"
 if [ -z "${E2E_QUICK:-}${E2E_NO_LONG:-}" ]; then
   for fmt in df11 bf16; do
     flag=""; [ "$fmt" = bf16 ] && flag="--bf16"
@@ -113,7 +116,7 @@ for key in sorted(k for k in by if k.startswith("df11 ")):
         same = by[key]["tokens"] == by[key.replace(" no-graph", "")]["tokens"]
         ok &= same
         print(f"graph vs no graph: tokens {'==' if same else '!='}")
-    for suffix in (" split", " offload-6GB"):
+    for suffix in (" split", " offload-6GB", " gpu-pack"):
         if key.endswith(suffix) and key[: -len(suffix)] in by:
             base = by[key[: -len(suffix)]]
             a, b = by[key]["tokens"], base["tokens"]

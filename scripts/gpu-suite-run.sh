@@ -87,9 +87,32 @@ if command -v compute-sanitizer > /dev/null; then
   # The split over devices (peer copies, a graph per segment) and offloaded layers (copies on
   # the copy stream, staged and released around each layer) of one model.
   sanitize memcheck model@models/qwen3-df11 "split_layers offloaded_layers"
+  # The packed form built on the GPU (kernels/df11_pack.cu), compared with the CPU build.
+  sanitize memcheck gpu_pack
 
   fail=1
   summary+=("FAIL memcheck: compute-sanitizer not found")
+fi
+
+# Loads with the packed form built on the GPU (DF11_GPU_PACK=1, off by default until this has
+# passed): the device modules and a model's DF11 == BF16 test through that load path.
+gpu_pack_run() {  # <binary prefix>[@<crate folder>] [test filter]
+  local bin crate name=${1%@*} dir=
+  [[ $1 == *@* ]] && dir=${1#*@}
+  read -r bin crate < <(awk -v p="^$name-" -v d="$dir" '$1 ~ p && (d == "" || $2 == d) {print $1, $2; exit}' "$SUITE/tests.txt")
+  [ -n "$bin" ] || { summary+=("FAIL gpu-pack $1: binary not found"); fail=1; return; }
+  if (cd "$crate" && DF11_GPU_PACK=1 CARGO_MANIFEST_DIR=$PWD DF11_BIN_DIR=$BIN "$BIN/$bin" \
+      --test-threads=1 ${2:-}) > "$LOG/gpu_pack_$name.log" 2>&1; then
+    summary+=("PASS gpu-pack $1 ${2:-}: $(grep -E "^test result" "$LOG/gpu_pack_$name.log" | tail -1)")
+  else
+    fail=1
+    summary+=("FAIL gpu-pack $1: $(grep -E "^test result|panicked" "$LOG/gpu_pack_$name.log" | head -3 | tr '\n' ' ')")
+  fi
+}
+if [ -z "${ONLY_SANITIZE:-}" ]; then
+  gpu_pack_run modules_exact
+  gpu_pack_run device_stress
+  gpu_pack_run model@models/qwen3-df11 "df11_logits_equal_bf16 decode_paths_agree"
 fi
 
 if [ -n "${ONLY_SANITIZE:-}" ]; then

@@ -28,6 +28,7 @@ fn main() {
     compile(&nvcc, &cap, &kernels, &out, "df11_decode");
     compile(&nvcc, &cap, &kernels, &out, "df11_fused");
     compile(&nvcc, &cap, &kernels, &out, "df11_packed");
+    compile(&nvcc, &cap, &kernels, &out, "df11_pack");
     compile(&nvcc, &cap, &kernels, &out, "df11_tc");
     compile(&nvcc, &cap, &kernels, &out, "llm_ops");
     compile(&nvcc, &cap, &kernels, &out, "decode_step");

@@ -20,6 +20,7 @@
 //! - `decode_step`: the graph-capturable decode step's kernels: q/k norm + RoPE + KV write,
 //!   flash-decoding attention over the cache in place, residual add + RMSNorm
 //!   (`decode_step.cu`);
+//! - `gpu_pack`: the packed form built on the GPU at load from the stream (`df11_pack.cu`);
 //! - `upload`: host arrays to the device, at once or on a copy stream (offloaded units);
 //! - `launch`: what every launch shares (grid sizing, tiling, argument checks, the CUDA-only
 //!   op wrapper, `push_args!`).
@@ -33,6 +34,11 @@ mod setting;
 pub mod decode_step;
 #[cfg(feature = "cuda")]
 pub(crate) mod fused;
+#[cfg(feature = "cuda")]
+pub(crate) mod gpu_pack;
+#[cfg(feature = "cuda")]
+#[doc(hidden)]
+pub use gpu_pack::build_on_gpu_to_host;
 #[cfg(feature = "cuda")]
 pub(crate) mod launch;
 #[cfg(feature = "cuda")]

@@ -112,15 +112,7 @@ impl PackedExponents {
     /// when a chunk has more than 255 escapes before its last lane.
     pub fn build(exponents: &[u8], members: &[Range<usize>]) -> Option<Self> {
         let n = exponents.len();
-        let tiles = members.first().is_some_and(|m| m.start == 0)
-            && members.last().is_some_and(|m| m.end == n)
-            && members.windows(2).all(|w| w[0].end == w[1].start);
-        if !tiles
-            || members
-                .iter()
-                .any(|m| m.start % 8 != 0 || (m.end % 8 != 0 && m.end != n))
-            || u32::try_from(n).is_err()
-        {
+        if !members_pack(members, n) {
             return None;
         }
         let tables: Vec<[u8; 8]> = members
@@ -128,16 +120,7 @@ impl PackedExponents {
             .map(|m| top_seven(&exponents[m.clone()]))
             .collect();
         // code_of[m][e]: member m's code for exponent e.
-        let code_of: Vec<[u8; 256]> = tables
-            .iter()
-            .map(|t| {
-                let mut c = [ESCAPE; 256];
-                for (code, &e) in t.iter().enumerate().take(7).rev() {
-                    c[e as usize] = code as u8;
-                }
-                c
-            })
-            .collect();
+        let code_of: Vec<[u8; 256]> = tables.iter().map(codes_of_table).collect();
         // The 8-group at element j (a multiple of 8): its codes as 24 bits, and one bit per escape.
         let group8 = |j: usize| -> (u32, u32) {
             let map = &code_of[members.partition_point(|m| m.end <= j)];
@@ -304,6 +287,13 @@ fn top_seven(exponents: &[u8]) -> [u8; 8] {
                 a
             },
         );
+    table_of_histogram(&hist)
+}
+
+/// A member's code table from its exponent histogram: the seven most frequent exponents (ties:
+/// the smaller exponent first), unused slots repeating the first, byte 7 zero. The GPU build
+/// (`crate::cuda::gpu_pack`) chooses its tables here too, so both builds give the same form.
+pub fn table_of_histogram(hist: &[u64; 256]) -> [u8; 8] {
     let mut order: Vec<usize> = (0..256).filter(|&e| hist[e] > 0).collect();
     order.sort_by_key(|&e| (std::cmp::Reverse(hist[e]), e));
     let mut t = [order.first().copied().unwrap_or(0) as u8; 8];
@@ -312,6 +302,29 @@ fn top_seven(exponents: &[u8]) -> [u8; 8] {
     }
     t[7] = 0;
     t
+}
+
+/// `code_of[e]`: the code of exponent `e` under `table` (7, the escape, for the others).
+pub fn codes_of_table(table: &[u8; 8]) -> [u8; 256] {
+    let mut c = [ESCAPE; 256];
+    for (code, &e) in table.iter().enumerate().take(7).rev() {
+        c[e as usize] = code as u8;
+    }
+    c
+}
+
+/// Whether a unit of `n` elements whose members are `members` can take the packed form at all:
+/// the members tile it in order, every boundary but the end is a multiple of 8 (an 8-group never
+/// straddles members), and `n` fits 32-bit indices.
+pub fn members_pack(members: &[Range<usize>], n: usize) -> bool {
+    let tiles = members.first().is_some_and(|m| m.start == 0)
+        && members.last().is_some_and(|m| m.end == n)
+        && members.windows(2).all(|w| w[0].end == w[1].start);
+    tiles
+        && members
+            .iter()
+            .all(|m| m.start % 8 == 0 && (m.end % 8 == 0 || m.end == n))
+        && u32::try_from(n).is_ok()
 }
 
 /// Decodes every exponent of a unit on the CPU, in parallel over blocks, with the checks of

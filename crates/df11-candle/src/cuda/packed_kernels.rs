@@ -42,6 +42,14 @@ pub(crate) struct PackedBuffers {
     bytes: usize,
 }
 
+/// A member's table as the kernels take it: codes 0-3 and 4-7 as little-endian words.
+fn table_words(t: &[u8; 8]) -> [u32; 2] {
+    [
+        u32::from_le_bytes([t[0], t[1], t[2], t[3]]),
+        u32::from_le_bytes([t[4], t[5], t[6], t[7]]),
+    ]
+}
+
 /// What [`PackedBuffers`] uploads, laid out as the kernels read it, on the host.
 pub(crate) struct PackedHost {
     codes: HostArray<u32>,
@@ -61,16 +69,7 @@ pub(crate) struct PackedHost {
 
 impl PackedHost {
     pub(crate) fn new(p: PackedExponents) -> Self {
-        let host_tables: Vec<[u32; 2]> = p
-            .tables
-            .iter()
-            .map(|t| {
-                [
-                    u32::from_le_bytes([t[0], t[1], t[2], t[3]]),
-                    u32::from_le_bytes([t[4], t[5], t[6], t[7]]),
-                ]
-            })
-            .collect();
+        let host_tables: Vec<[u32; 2]> = p.tables.iter().map(table_words).collect();
         let flat: Vec<u32> = host_tables.iter().flatten().copied().collect();
         let ends: Vec<i64> = p.members.iter().map(|m| m.end as i64).collect();
         let (n_elements, bytes) = (p.n_elements(), p.device_bytes());
@@ -113,6 +112,39 @@ impl PackedHost {
 }
 
 impl PackedBuffers {
+    /// The form from arrays already on the device (the GPU build, `crate::cuda::gpu_pack`):
+    /// `escapes` padded as [`PackedHost`] pads it, `bytes` the form's size as
+    /// [`PackedExponents::device_bytes`] counts it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_device(
+        device: &candle_core::cuda_backend::CudaDevice,
+        codes: CudaSlice<u32>,
+        chunk_escapes: CudaSlice<u32>,
+        lane_starts: CudaSlice<u8>,
+        escapes: CudaSlice<u8>,
+        tables: &[[u8; 8]],
+        members: Vec<Range<usize>>,
+        bytes: usize,
+    ) -> candle_core::Result<Self> {
+        let host_tables: Vec<[u32; 2]> = tables.iter().map(table_words).collect();
+        let flat: Vec<u32> = host_tables.iter().flatten().copied().collect();
+        let ends: Vec<i64> = members.iter().map(|m| m.end as i64).collect();
+        Ok(Self {
+            n_chunks: (chunk_escapes.len() - 1) as u32,
+            n_escapes: escapes.len() as u32,
+            codes,
+            chunk_escapes,
+            lane_starts,
+            escapes,
+            tables: device.clone_htod(&flat)?,
+            host_tables,
+            member_ends: device.clone_htod(&ends)?,
+            n_elements: members.last().map_or(0, |m| m.end),
+            members,
+            bytes,
+        })
+    }
+
     /// Uploads `p` through `up`.
     pub(crate) fn upload(up: &Uploader<'_>, p: &PackedHost) -> candle_core::Result<Self> {
         Ok(Self {

@@ -133,6 +133,27 @@ pub(crate) struct HuffmanHost {
     max_block: usize,
 }
 
+impl HuffmanHost {
+    fn new(
+        t: &UnitTensors<'_>,
+        layout: &UnitLayout,
+        segments: Option<crate::cuda::fused::SegmentHost>,
+    ) -> Self {
+        let mut codes = Vec::with_capacity(t.encoded_exponent.len() + 8);
+        codes.extend_from_slice(t.encoded_exponent);
+        codes.resize(t.encoded_exponent.len().div_ceil(4) * 4 + 4, 0);
+        Self {
+            luts: t.luts.to_vec().into(),
+            codes: codes.into(),
+            gaps: t.gaps.to_vec().into(),
+            positions: layout.output_positions.clone().into(),
+            segments,
+            lut_rows: layout.lut_rows,
+            max_block: layout.max_block_elements,
+        }
+    }
+}
+
 impl HostExponents {
     /// Builds the device form `form` asks for (`auto`: packed where it fits). Either way the
     /// whole stream is decoded on the CPU first (with every check), so a corrupt unit is
@@ -159,22 +180,11 @@ impl HostExponents {
                 }
             }
         }
-        let mut codes = Vec::with_capacity(t.encoded_exponent.len() + 8);
-        codes.extend_from_slice(t.encoded_exponent);
-        codes.resize(t.encoded_exponent.len().div_ceil(4) * 4 + 4, 0);
         // Built by decoding the unit on the CPU (all cores): this also checks the whole stream.
         let segments = crate::cuda::segments::SegmentIndex::build(t, layout, &table)
             .map_err(invalid)?
             .map(crate::cuda::fused::SegmentHost::new);
-        Ok(Self::Huffman(HuffmanHost {
-            luts: t.luts.to_vec().into(),
-            codes: codes.into(),
-            gaps: t.gaps.to_vec().into(),
-            positions: layout.output_positions.clone().into(),
-            segments,
-            lut_rows: layout.lut_rows,
-            max_block: layout.max_block_elements,
-        }))
+        Ok(Self::Huffman(HuffmanHost::new(t, layout, segments)))
     }
 
     /// Moves the arrays into pinned memory of `device` (for staging).
@@ -221,16 +231,46 @@ impl HostExponents {
 }
 
 impl CudaUnit {
-    /// Puts a unit's exponents on `device` in `form` ([`HostExponents::build`], then
-    /// [`CudaUnit::upload`] at once).
+    /// Puts a unit's exponents on `device` in `form`: the packed form built on the GPU
+    /// from the stream (`crate::cuda::gpu_pack`, with `sign_mantissa` already there) where it
+    /// applies, else [`HostExponents::build`] on the CPU, then [`CudaUnit::upload`].
     pub(crate) fn new(
         device: &CudaDevice,
         name: &str,
         t: &UnitTensors<'_>,
         layout: &UnitLayout,
         form: ExponentForm,
+        sign_mantissa: (&CudaStorage, &Layout),
     ) -> Result<Self> {
+        if form != ExponentForm::Huffman && crate::cuda::gpu_pack::enabled() {
+            keep_pool_memory(device);
+            let built = crate::cuda::gpu_pack::build(device, name, t, layout, sign_mantissa)?;
+            match built {
+                Some(p) if form == ExponentForm::Packed || p.fits() => {
+                    return Ok(Self {
+                        device: device.clone(),
+                        exponents: Exponents::Packed(p.into_buffers(device)?),
+                    });
+                }
+                // No packed form, or too large for `auto`: the Huffman form, as on the CPU.
+                _ => {
+                    let host = HostExponents::build(name, t, layout, ExponentForm::Huffman)?;
+                    return Self::upload(&Uploader::Now(device), &host);
+                }
+            }
+        }
         let host = HostExponents::build(name, t, layout, form)?;
+        Self::upload(&Uploader::Now(device), &host)
+    }
+
+    /// The Huffman form without a segment index, uploaded at once (no CPU decode): what the
+    /// block kernel needs, for the GPU build of the packed form.
+    pub(crate) fn huffman_without_index(
+        device: &CudaDevice,
+        t: &UnitTensors<'_>,
+        layout: &UnitLayout,
+    ) -> Result<Self> {
+        let host = HostExponents::Huffman(HuffmanHost::new(t, layout, None));
         Self::upload(&Uploader::Now(device), &host)
     }
 

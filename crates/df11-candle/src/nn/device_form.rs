@@ -100,9 +100,18 @@ pub(crate) fn upload(
             table: DecodeTable::new(t.luts),
         },
         #[cfg(feature = "cuda")]
-        Device::Cuda(dev) => Store::Cuda(crate::cuda::unit::CudaUnit::new(
-            dev, name, t, layout, form,
-        )?),
+        Device::Cuda(dev) => {
+            let (storage, sm_layout) = sign_mantissa.storage_and_layout();
+            let candle_core::Storage::Cuda(sm) = &*storage else {
+                return Err(Df11Error::Usage(
+                    "sign_mantissa is not on the CUDA device".into(),
+                ));
+            };
+            let unit =
+                crate::cuda::unit::CudaUnit::new(dev, name, t, layout, form, (sm, sm_layout))?;
+            drop(storage);
+            Store::Cuda(unit)
+        }
         other => {
             return Err(Df11Error::Usage(format!(
                 "DF11 decoding is implemented for the CPU and CUDA, not {other:?}"

@@ -1,0 +1,242 @@
+//! The packed form built on the GPU at load (`kernels/df11_pack.cu`), with no decode on the
+//! CPU: the unit's Huffman stream is decoded by the block kernel (`df11_decode`, which checks
+//! every code, every window gap and every block end against the metadata the host validated,
+//! and reports through its status word: a corrupt stream is refused here as the CPU walk refuses
+//! it), then per member an exponent histogram, the code tables (chosen on the host by
+//! [`table_of_histogram`], as the CPU build chooses them), the 3-bit codes, each chunk's lane
+//! starts and escape count, and the escapes. The arrays are those [`PackedExponents::build`]
+//! makes on the CPU, byte for byte (the GPU suite compares them).
+//!
+//! `DF11_GPU_PACK=1` turns it on for loads; until the GPU suite has compared it with the CPU
+//! build on the GPU machine (`tests/gpu_pack.rs`), loads build on the CPU by default.
+
+use std::ops::Range;
+
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, PushKernelArg};
+use candle_core::cuda_backend::{CudaDevice, WrapErr};
+use candle_core::{CudaStorage, Layout};
+
+use crate::cuda::launch::{launch_config_in, push_args};
+use crate::cuda::packed::{codes_of_table, members_pack, table_of_histogram, PackedExponents};
+use crate::cuda::packed_kernels::PackedBuffers;
+use crate::error::{Df11Error, Result};
+use crate::format::unit::{UnitLayout, UnitTensors};
+
+const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_pack.ptx"));
+const MODULE: &str = "df11_pack";
+/// Resident CTAs per SM the launches aim at (the kernels loop over their work).
+const CTAS: u32 = 4;
+
+/// Whether loads build the packed form on the GPU (`DF11_GPU_PACK=1`; off by default until it
+/// has run on a GPU).
+pub(crate) fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("DF11_GPU_PACK").is_ok_and(|v| v == "1"))
+}
+
+/// The packed form of a unit on the device, as the GPU build leaves it.
+pub(crate) struct DevicePacked {
+    codes: CudaSlice<u32>,
+    chunk_escapes: CudaSlice<u32>,
+    lane_starts: CudaSlice<u8>,
+    /// Padded as `PackedHost` pads it; `n_escapes` bytes are the list.
+    escapes: CudaSlice<u8>,
+    n_escapes: usize,
+    tables: Vec<[u8; 8]>,
+    members: Vec<Range<usize>>,
+}
+
+impl DevicePacked {
+    /// Bytes of the form, as [`PackedExponents::device_bytes`] counts them.
+    pub(crate) fn device_bytes(&self) -> usize {
+        4 * self.codes.len()
+            + 4 * self.chunk_escapes.len()
+            + self.lane_starts.len()
+            + self.n_escapes
+            + 8 * self.tables.len()
+    }
+
+    /// [`Self::device_bytes`] in bits per element.
+    pub(crate) fn fits(&self) -> bool {
+        let n = self.members.last().map_or(0, |m| m.end).max(1);
+        8.0 * self.device_bytes() as f64 / n as f64 <= crate::cuda::packed::MAX_BITS_PER_WEIGHT
+    }
+
+    /// The buffers the packed kernels take.
+    pub(crate) fn into_buffers(self, device: &CudaDevice) -> candle_core::Result<PackedBuffers> {
+        let bytes = self.device_bytes();
+        PackedBuffers::from_device(
+            device,
+            self.codes,
+            self.chunk_escapes,
+            self.lane_starts,
+            self.escapes,
+            &self.tables,
+            self.members,
+            bytes,
+        )
+    }
+
+    /// The arrays copied back to the host, as [`PackedExponents`] holds them (for comparisons
+    /// with the CPU build).
+    pub(crate) fn to_host(&self, device: &CudaDevice) -> candle_core::Result<PackedExponents> {
+        let mut escapes = device.clone_dtoh(&self.escapes)?;
+        escapes.truncate(self.n_escapes);
+        Ok(PackedExponents {
+            codes: device.clone_dtoh(&self.codes)?,
+            chunk_escapes: device.clone_dtoh(&self.chunk_escapes)?,
+            lane_starts: device.clone_dtoh(&self.lane_starts)?,
+            escapes,
+            tables: self.tables.clone(),
+            members: self.members.clone(),
+        })
+    }
+}
+
+/// Builds the packed form of a validated unit on `device` from its stream, `sign_mantissa`
+/// being the unit's `sign_mantissa` there. `Ok(None)` where the CPU build gives `None` (members
+/// that do not allow it, a chunk with more than 255 escapes before its last lane); a stream that
+/// does not decode is an [`Df11Error::InvalidUnit`].
+pub(crate) fn build(
+    device: &CudaDevice,
+    name: &str,
+    t: &UnitTensors<'_>,
+    layout: &UnitLayout,
+    sign_mantissa: (&CudaStorage, &Layout),
+) -> Result<Option<DevicePacked>> {
+    let n = layout.n_elements;
+    let members = layout.member_ranges();
+    if !members_pack(&members, n) || n == 0 {
+        return Ok(None);
+    }
+    // 1. Decode the stream with the block kernel, and read its status word.
+    let decoded = {
+        let huffman = crate::cuda::unit::CudaUnit::huffman_without_index(device, t, layout)?;
+        let (storage, _) =
+            huffman.decode(sign_mantissa.0, sign_mantissa.1, layout, 0..layout.n_blocks)?;
+        huffman
+            .check_status()
+            .map_err(|defect| Df11Error::InvalidUnit {
+                path: std::path::PathBuf::from(format!("<loaded copy of {name}>")),
+                unit: name.to_string(),
+                defect,
+            })?;
+        storage
+    };
+    let w = decoded.as_cuda_slice::<half::bf16>()?;
+    let stream = device.cuda_stream();
+    let launch = |kernel: &'static str, work: usize| {
+        launch_config_in(device, MODULE, PTX, kernel, 0, work, CTAS)
+    };
+    let func = |kernel: &'static str| device.get_or_load_custom_func(kernel, MODULE, PTX);
+    let n_members = members.len();
+    let n_i64 = n as i64;
+
+    // 2. Each member's exponent histogram; the tables chosen on the host.
+    let mut hist = device.alloc_zeros::<u32>(256 * n_members)?;
+    for (m, r) in members.iter().enumerate() {
+        let (begin, end) = (r.start as i64, r.end as i64);
+        let mut view = hist.slice_mut(256 * m..256 * (m + 1));
+        let f = func("df11_pack_hist")?;
+        let mut b = f.builder();
+        push_args!(b; w, &begin, &end, &mut view);
+        // SAFETY: `w` holds n elements and r lies inside the unit; the view holds 256 counts.
+        unsafe { b.launch(launch("df11_pack_hist", r.len().div_ceil(4096))?) }.w()?;
+    }
+    let counts = device.clone_dtoh(&hist)?;
+    let tables: Vec<[u8; 8]> = counts
+        .chunks(256)
+        .map(|h| {
+            let h: [u64; 256] = std::array::from_fn(|e| h[e] as u64);
+            table_of_histogram(&h)
+        })
+        .collect();
+    let code_of: Vec<u8> = tables.iter().flat_map(codes_of_table).collect();
+    let code_of = device.clone_htod(&code_of)?;
+    let ends: Vec<i64> = members.iter().map(|m| m.end as i64).collect();
+    let member_ends = device.clone_htod(&ends)?;
+
+    // 3. The codes: three words per 32 elements, one word past the last code.
+    let n_words = (3 * n).div_ceil(32) + 1;
+    let n_triples = n_words.div_ceil(3);
+    // SAFETY: the kernel writes every word of every triple.
+    let mut codes = unsafe { device.alloc::<u32>(3 * n_triples) }?;
+    {
+        let f = func("df11_pack_codes")?;
+        let (nm, nt) = (n_members as i32, n_triples as i64);
+        let mut b = f.builder();
+        push_args!(b; w, &n_i64, &code_of, &member_ends, &nm, &mut codes, &nt);
+        // SAFETY: sizes as the kernel's header states (code_of 256 per member, ends ascending to
+        // n, codes 3 * n_triples words).
+        unsafe { b.launch(launch("df11_pack_codes", n_triples.div_ceil(256))?) }.w()?;
+    }
+
+    // 4. Lane starts and chunk totals; a lane starting past 255 means no packed form.
+    let n_chunks = n.div_ceil(crate::cuda::packed::CHUNK);
+    // SAFETY: the kernel writes all 32 starts and the total of every chunk.
+    let mut lane_starts = unsafe { device.alloc::<u8>(32 * n_chunks) }?;
+    let mut chunk_counts = unsafe { device.alloc::<u32>(n_chunks) }?;
+    let mut flags = device.alloc_zeros::<u32>(1)?;
+    let nc = n_chunks as i64;
+    {
+        let f = func("df11_pack_lanes")?;
+        let mut b = f.builder();
+        push_args!(b; &codes, &n_i64, &nc, &mut lane_starts, &mut chunk_counts, &mut flags);
+        // SAFETY: codes as written above; 32 starts and one count per chunk.
+        unsafe { b.launch(launch("df11_pack_lanes", n_chunks.div_ceil(8))?) }.w()?;
+    }
+    if device.clone_dtoh(&flags)?[0] != 0 {
+        return Ok(None);
+    }
+    let totals = device.clone_dtoh(&chunk_counts)?;
+    let mut chunk_escapes = Vec::with_capacity(n_chunks + 1);
+    let mut total = 0u64;
+    for c in totals {
+        chunk_escapes.push(total as u32);
+        total += u64::from(c);
+    }
+    let total = usize::try_from(total)
+        .ok()
+        .filter(|&t| u32::try_from(t).is_ok())
+        .ok_or_else(|| Df11Error::Usage(format!("`{name}`: too many escapes to pack")))?;
+    chunk_escapes.push(total as u32);
+    let chunk_escapes = device.clone_htod(&chunk_escapes)?;
+
+    // 5. The escapes, padded with zeros as the packed kernels expect.
+    let mut escapes = device.alloc_zeros::<u8>(total.div_ceil(4) * 4 + 16)?;
+    {
+        let f = func("df11_pack_escapes")?;
+        let mut b = f.builder();
+        push_args!(b; w, &codes, &n_i64, &nc, &chunk_escapes, &lane_starts, &mut escapes);
+        // SAFETY: each lane writes its escapes inside its chunk's range of the list, which the
+        // scan above sized.
+        unsafe { b.launch(launch("df11_pack_escapes", n_chunks.div_ceil(8))?) }.w()?;
+    }
+    stream.synchronize().w()?;
+    Ok(Some(DevicePacked {
+        codes,
+        chunk_escapes,
+        lane_starts,
+        escapes,
+        n_escapes: total,
+        tables,
+        members,
+    }))
+}
+
+/// The GPU build of a validated unit's packed form, copied back to the host: `Ok(None)` where
+/// there is none. For the GPU suite's comparison with [`PackedExponents::build`].
+#[doc(hidden)]
+pub fn build_on_gpu_to_host(
+    device: &CudaDevice,
+    t: &UnitTensors<'_>,
+    layout: &UnitLayout,
+) -> Result<Option<PackedExponents>> {
+    let sm = device.clone_htod(t.sign_mantissa)?;
+    let storage = CudaStorage::wrap_cuda_slice(sm, device.clone());
+    let sm_layout = Layout::contiguous(t.sign_mantissa.len());
+    match build(device, "<unit>", t, layout, (&storage, &sm_layout))? {
+        Some(p) => Ok(Some(p.to_host(device)?)),
+        None => Ok(None),
+    }
+}
