@@ -84,6 +84,10 @@ pub fn serve(
             .await
             .map_err(|e| io(&addr, e))?;
         let local: SocketAddr = listener.local_addr().map_err(|e| io(&addr, e))?;
+        // The handlers are in place before the address is printed: a signal sent as soon as a
+        // client sees it is caught (were it to come earlier, a process whose parent ignores
+        // SIGINT would ignore it and serve on).
+        let signals = Signals::register().map_err(|e| io(&addr, e))?;
         eprintln!(
             "serving {} (context {}, batch {}) as `{}`; listening on http://{local}",
             info.arch, info.max_context, info.max_batch, config.served_model_name
@@ -95,7 +99,7 @@ pub fn serve(
             metrics,
         });
         axum::serve(listener, routes::router(app))
-            .with_graceful_shutdown(shutdown_signal())
+            .with_graceful_shutdown(shutdown_signal(signals))
             .await
             .map_err(|e| io(&addr, e))?;
         eprintln!("server stopped");
@@ -103,39 +107,52 @@ pub fn serve(
     })
 }
 
-/// Resolves at the first Ctrl-C or SIGTERM, after arranging for the next one to end the process.
-async fn shutdown_signal() {
-    signal().await;
-    eprintln!(
-        "shutting down: no new connections; requests in flight finish (Ctrl-C again to stop now)"
-    );
-    tokio::spawn(async {
-        signal().await;
-        eprintln!("stopped");
-        std::process::exit(130);
-    });
+/// Ctrl-C (SIGINT) and, on Unix, SIGTERM, registered with the runtime.
+struct Signals {
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
 }
 
-/// The next Ctrl-C (SIGINT) or, on Unix, SIGTERM.
-async fn signal() {
-    let ctrl_c = async {
+impl Signals {
+    /// Registers the handlers now (inside the runtime).
+    fn register() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Self {
+                interrupt: signal(SignalKind::interrupt())?,
+                terminate: signal(SignalKind::terminate())?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Self {})
+    }
+
+    /// The next signal.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+        #[cfg(not(unix))]
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => ctrl_c.await,
-        }
     }
-    #[cfg(not(unix))]
-    ctrl_c.await;
+}
+
+/// Resolves at the first Ctrl-C or SIGTERM, after arranging for the next one to end the process.
+async fn shutdown_signal(mut signals: Signals) {
+    signals.next().await;
+    eprintln!(
+        "shutting down: no new connections; requests in flight finish (Ctrl-C again to stop now)"
+    );
+    tokio::spawn(async move {
+        signals.next().await;
+        eprintln!("stopped");
+        std::process::exit(130);
+    });
 }
