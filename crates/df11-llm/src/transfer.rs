@@ -89,6 +89,10 @@ mod cuda {
         };
         enable_peer_access(src.device(), dst);
         let (start, len) = (layout.start_offset(), layout.shape().elem_count());
+        if len == 0 {
+            drop(storage);
+            return Ok(t.to_device(&candle_core::Device::Cuda(dst.clone()))?);
+        }
         let out = match t.dtype() {
             DType::BF16 => copy_slice::<half::bf16>(src, start, len, dst)?,
             DType::F16 => copy_slice::<half::f16>(src, start, len, dst)?,

@@ -1,5 +1,6 @@
 //! Continuous batching: one thread owns the model ([`Engine`]) and runs a loop: admit waiting
-//! requests into free sequence slots (prefilling each prompt), then one decode step for every
+//! requests into free sequence slots (prefilling each prompt; while others decode, up to a
+//! budget of prompt tokens per step), then one decode step for every
 //! running sequence at once, sample each row with its request's own sampler, stream the text,
 //! and free the slots of requests that finished or whose client went away. Requests join and
 //! leave between steps; a full queue is refused at once.
@@ -195,6 +196,11 @@ impl Scheduler {
     }
 }
 
+/// Prompt tokens prefilled between two decode steps of the running sequences (at least one
+/// request is always admitted): a burst of long prompts delays running streams by about this
+/// many tokens of prefill per step, not by all of them.
+const PREFILL_BUDGET: usize = 2048;
+
 /// A running request.
 struct Active<'t> {
     seq: SeqId,
@@ -223,8 +229,12 @@ fn run(
 ) {
     let mut active: Vec<Active<'_>> = Vec::new();
     loop {
-        // Admit: block for work when idle, else take what is waiting, up to the free slots.
-        while active.len() < engine.max_batch() {
+        // Admit: block for work when idle, else take what is waiting, up to the free slots and,
+        // while sequences are decoding, up to PREFILL_BUDGET prompt tokens between two of their
+        // steps (at least one request), so a burst of prompts does not stall them for long.
+        let mut prefilled = 0;
+        while active.len() < engine.max_batch() && (prefilled < PREFILL_BUDGET || active.is_empty())
+        {
             let request = if active.is_empty() {
                 match requests.recv() {
                     Ok(r) => r,
@@ -241,6 +251,7 @@ fn run(
                 metrics.cancelled();
                 continue;
             }
+            prefilled += request.prompt.len();
             if let Some(a) = admit(&mut engine, tokenizer, eos, request, metrics) {
                 active.push(a);
             }
