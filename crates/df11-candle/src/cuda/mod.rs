@@ -6,7 +6,7 @@
 //!   where it fits);
 //! - [`segments`]: the Huffman stream as in the file plus the bit offset of every 64th weight.
 //!
-//! These builders, and [`matmul`] (which path a product takes), are plain host code, compiled
+//! These builders (the packed form from `exponent_walk`'s checked CPU decode), and [`matmul`] (which path a product takes), are plain host code, compiled
 //! and tested everywhere (`setting`: how the matmul path and the exponent form are set and read
 //! from the environment). With the `cuda` feature the launch code comes in (`kernels/*.cu`,
 //! compiled to PTX by the build script; their contracts are in `kernels/README.md`):
@@ -25,6 +25,7 @@
 //! - `launch`: what every launch shares (grid sizing, tiling, argument checks, the CUDA-only
 //!   op wrapper, `push_args!`).
 
+mod exponent_walk;
 pub mod matmul;
 pub mod packed;
 pub mod segments;
