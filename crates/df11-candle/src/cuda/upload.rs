@@ -211,6 +211,7 @@ impl Staging {
 
     /// The event that marks every copy queued so far.
     pub(crate) fn finish(self) -> candle_core::Result<Ready> {
+        self.device.cuda_stream().context().bind_to_thread().w()?;
         let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).w()?;
         // SAFETY: live handles.
         unsafe { result::event::record(event, self.stream.0) }.w()?;
