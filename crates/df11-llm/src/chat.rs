@@ -115,6 +115,10 @@ impl ChatTemplate {
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        // A template from an unknown repo must not run for ever: real chat templates take a few
+        // hundred instructions a message (FUEL allows thousands of messages), a hostile one
+        // (loops over the characters of the conversation, nested) stops with an error.
+        env.set_fuel(Some(FUEL));
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         let source = without_generation_blocks(&source);
@@ -148,6 +152,9 @@ impl ChatTemplate {
         Ok(template.render(ctx)?)
     }
 }
+
+/// Instructions a rendering may run (minijinja's fuel).
+const FUEL: u64 = 5_000_000;
 
 /// Rewrites transformers' `{% generation %}` … `{% endgeneration %}` blocks (they mark the
 /// assistant's tokens for training masks and render their body unchanged; e.g. Phi-4-reasoning)
@@ -385,5 +392,41 @@ mod tests {
             "<bos>"
         );
         assert_eq!(token_text(None), "");
+    }
+
+    /// A template that loops over the characters of the conversation, nested (the shape of one
+    /// the `chat_template` fuzz target found running for over 10 s), stops with an error once
+    /// its fuel is spent; a template of real templates' shape (a reverse scan with a namespace,
+    /// per-message branches and string methods) renders 2000 messages within it.
+    #[test]
+    fn rendering_is_bounded_in_instructions() {
+        let long: Vec<Message> = (0..40)
+            .map(|i| Message::user(&"x".repeat(200 + i)))
+            .collect();
+        let hostile = "{% for a in messages|string %}{% for b in messages|string %}{{ a }}\
+                       {% endfor %}{% endfor %}";
+        let t = ChatTemplate::new(hostile.into(), String::new(), String::new()).unwrap();
+        let e = t.render(&long, true, None).unwrap_err().to_string();
+        assert!(e.contains("fuel"), "{e}");
+
+        let realistic = "{%- set ns = namespace(last_query=messages|length - 1) %}\
+            {%- for m in messages[::-1] %}{%- set i = messages|length - 1 - loop.index0 %}\
+            {%- if m.role == 'user' and not m.content.startswith('<tool_response>') %}\
+            {%- set ns.last_query = [ns.last_query, i]|min %}{%- endif %}{%- endfor %}\
+            {%- for m in messages %}{%- if m.role == 'user' or m.role == 'system' %}\
+            {{- '<|im_start|>' + m.role + '\\n' + m.content.strip() + '<|im_end|>\\n' }}\
+            {%- elif m.role == 'assistant' %}{%- set c = m.content %}\
+            {%- if '</think>' in c %}{%- set c = c.split('</think>')[-1].lstrip('\\n') %}{%- endif %}\
+            {{- '<|im_start|>assistant\\n' + c + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}\
+            {%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+        let t = ChatTemplate::new(realistic.into(), String::new(), String::new()).unwrap();
+        let conversation: Vec<Message> = (0..2000)
+            .map(|i| Message {
+                role: if i % 2 == 0 { "user" } else { "assistant" }.into(),
+                content: format!("message {i} <think>x</think>\n answer"),
+            })
+            .collect();
+        let text = t.render(&conversation, true, None).unwrap();
+        assert_eq!(text.matches("<|im_start|>").count(), 2001);
     }
 }
