@@ -401,7 +401,7 @@ mod tests {
     #[test]
     fn rendering_is_bounded_in_instructions() {
         let long: Vec<Message> = (0..40)
-            .map(|i| Message::user(&"x".repeat(200 + i)))
+            .map(|i| Message::user("x".repeat(200 + i)))
             .collect();
         let hostile = "{% for a in messages|string %}{% for b in messages|string %}{{ a }}\
                        {% endfor %}{% endfor %}";
