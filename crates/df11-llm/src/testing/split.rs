@@ -172,7 +172,8 @@ pub fn split_layers_equal_one_device(m: &ModelUnderTest) {
 
 /// Offloaded layers (their compressed units in host memory, staged one layer ahead of use and
 /// released after it) give the resident model's logits bit for bit, for every fixture: the last
-/// layer offloaded, and every layer; decode steps and a ragged engine batch. After each pass no
+/// layer offloaded, every layer, and the last layer of a split model (two devices; on CUDA two
+/// devices of GPU 0); prompt and decode steps. After each pass no
 /// offloaded unit is left on the device. On [`test_device`].
 pub fn offloaded_layers_equal_resident(m: &ModelUnderTest) {
     let device = test_device();
@@ -187,8 +188,17 @@ pub fn offloaded_layers_equal_resident(m: &ModelUnderTest) {
         let mut resident = (m.build)(&config, &weights, &LoadBar::hidden()).unwrap();
         resident.set_options(options.clone()).unwrap();
         let want = prompt_and_steps(&mut resident, &prompt, 4);
-        for offload in [Offload::Layers(1), Offload::Layers(layers)] {
-            let placement = DecoderModel::plan(&spec(), &weights, None, offload).unwrap();
+        // The last layer, every layer, and the last layer of a model split over two devices.
+        let two = DeviceMap {
+            devices: vec![device.clone(); 2],
+            split: LayerSplit::Counts(vec![1, layers - 1]),
+        };
+        for (offload, map) in [
+            (Offload::Layers(1), None),
+            (Offload::Layers(layers), None),
+            (Offload::Layers(1), Some(&two)),
+        ] {
+            let placement = DecoderModel::plan(&spec(), &weights, map, offload).unwrap();
             let mut model =
                 DecoderModel::load_placed(spec(), &weights, placement, &LoadBar::hidden()).unwrap();
             model.set_options(options.clone()).unwrap();
