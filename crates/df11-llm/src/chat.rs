@@ -115,10 +115,6 @@ impl ChatTemplate {
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        // A template from an unknown repo must not run for ever: real chat templates take a few
-        // hundred instructions a message (FUEL allows thousands of messages), a hostile one
-        // (loops over the characters of the conversation, nested) stops with an error.
-        env.set_fuel(Some(FUEL));
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         let source = without_generation_blocks(&source);
@@ -138,7 +134,13 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         enable_thinking: Option<bool>,
     ) -> Result<String> {
-        let template = self.env.get_template("chat")?;
+        // A template from an unknown repo must not run for ever: real chat templates take a few
+        // hundred instructions a message, a hostile one (loops over the characters of the
+        // conversation, nested) stops with an error once its fuel is spent. The budget grows with
+        // the conversation (a clone of the environment carries it: compiled templates are small).
+        let mut env = self.env.clone();
+        env.set_fuel(Some(FUEL_BASE + FUEL_PER_MESSAGE * messages.len() as u64));
+        let template = env.get_template("chat")?;
         let ctx = context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
@@ -153,8 +155,10 @@ impl ChatTemplate {
     }
 }
 
-/// Instructions a rendering may run (minijinja's fuel).
-const FUEL: u64 = 5_000_000;
+/// Instructions a rendering may run (minijinja's fuel): a base, and a budget per message about
+/// ten times what a realistic template takes.
+const FUEL_BASE: u64 = 500_000;
+const FUEL_PER_MESSAGE: u64 = 2_000;
 
 /// Rewrites transformers' `{% generation %}` … `{% endgeneration %}` blocks (they mark the
 /// assistant's tokens for training masks and render their body unchanged; e.g. Phi-4-reasoning)
@@ -397,7 +401,7 @@ mod tests {
     /// A template that loops over the characters of the conversation, nested (the shape of one
     /// the `chat_template` fuzz target found running for over 10 s), stops with an error once
     /// its fuel is spent; a template of real templates' shape (a reverse scan with a namespace,
-    /// per-message branches and string methods) renders 2000 messages within it.
+    /// per-message branches and string methods) renders 5000 messages within it.
     #[test]
     fn rendering_is_bounded_in_instructions() {
         let long: Vec<Message> = (0..40)
@@ -420,13 +424,13 @@ mod tests {
             {{- '<|im_start|>assistant\\n' + c + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}\
             {%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
         let t = ChatTemplate::new(realistic.into(), String::new(), String::new()).unwrap();
-        let conversation: Vec<Message> = (0..2000)
+        let conversation: Vec<Message> = (0..5000)
             .map(|i| Message {
                 role: if i % 2 == 0 { "user" } else { "assistant" }.into(),
                 content: format!("message {i} <think>x</think>\n answer"),
             })
             .collect();
         let text = t.render(&conversation, true, None).unwrap();
-        assert_eq!(text.matches("<|im_start|>").count(), 2001);
+        assert_eq!(text.matches("<|im_start|>").count(), 5001);
     }
 }
