@@ -5,10 +5,10 @@
 //! (`crate::nn::decode_ops`). Either way the result is a fresh BF16 tensor that lives only as
 //! long as the caller keeps it: decoded weights are not cached here.
 //!
-//! A unit is resident on its device, or offloaded ([`crate::nn::offload`]): kept in host
-//! memory and put on the device while staged. Every operation below first takes the unit's
-//! device form ([`Df11Group::on_device`]), staging an offloaded unit at once if nobody staged
-//! it ahead.
+//! A unit is resident on its device, or offloaded (`crate::nn::offload`): kept in host
+//! memory and put on the device while staged ([`Df11Group::stage`]). Every operation below first
+//! takes the unit's device form (`Df11Group::on_device`), staging an offloaded unit at once if
+//! nobody staged it ahead.
 
 use std::ops::Range;
 use std::sync::Arc;
