@@ -28,6 +28,7 @@ impl DecoderModel {
     ) -> Result<Placement> {
         let sizes = ModelSizes::from_named(
             &spec.names.model,
+            &spec.names.lm_head,
             spec.layers.len(),
             &weights.stored_bytes(),
         );

@@ -56,8 +56,14 @@ pub struct ModelSizes {
 impl ModelSizes {
     /// Sizes from `(weight name, bytes)` pairs ([`df11_candle::ModelWeights::stored_bytes`]):
     /// names under `{model}.layers.{i}.` belong to layer `i`, `{model}.embed_tokens.` to the
-    /// embedding, everything else (final norm, `lm_head`) to the head.
-    pub fn from_named(model: &str, layers: usize, named: &[(String, usize)]) -> Self {
+    /// embedding, the rest under `{model}.` (the final norm) and under `{lm_head}.` to the head;
+    /// others (a multimodal checkpoint's vision tower) are not the language model's.
+    pub fn from_named(
+        model: &str,
+        lm_head: &str,
+        layers: usize,
+        named: &[(String, usize)],
+    ) -> Self {
         let mut sizes = Self {
             layers: vec![0; layers],
             ..Self::default()
@@ -75,7 +81,9 @@ impl ModelSizes {
                 .filter(|&i| i < layers)
             {
                 sizes.layers[i] += bytes;
-            } else {
+            } else if name.starts_with(&format!("{model}."))
+                || name.starts_with(&format!("{lm_head}."))
+            {
                 sizes.head += bytes;
             }
         }
@@ -113,11 +121,13 @@ mod tests {
             ("model.layers.12.mlp.up_proj.weight".to_string(), 7),
             ("model.norm.weight".to_string(), 2),
             ("lm_head.weight".to_string(), 100),
+            ("vision_tower.encoder.weight".to_string(), 1000),
         ];
-        let s = ModelSizes::from_named("model", 2, &named);
+        let s = ModelSizes::from_named("model", "lm_head", 2, &named);
         assert_eq!(s.embedding, 100);
         assert_eq!(s.layers, vec![11, 20]);
-        // A layer index past the model's layers is not a layer of it.
+        // A layer index past the model's layers is not a layer of it; the vision tower is not
+        // the language model's.
         assert_eq!(s.head, 109);
         assert_eq!(s.total(), 240);
     }
