@@ -22,6 +22,7 @@
 //!   (`decode_step.cu`);
 //! - `gpu_pack`: the packed form built on the GPU at load from the stream (`df11_pack.cu`);
 //! - `upload`: host arrays to the device, at once or on a copy stream (offloaded units);
+//! - [`streams`]: one stream waiting for another's work (copy stream, another GPU);
 //! - `launch`: what every launch shares (grid sizing, tiling, argument checks, the CUDA-only
 //!   op wrapper, `push_args!`).
 
@@ -46,6 +47,8 @@ pub(crate) mod launch;
 pub mod llm_ops;
 #[cfg(feature = "cuda")]
 pub(crate) mod packed_kernels;
+#[cfg(feature = "cuda")]
+pub mod streams;
 #[cfg(feature = "cuda")]
 pub(crate) mod tc;
 #[cfg(feature = "cuda")]

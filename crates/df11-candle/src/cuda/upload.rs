@@ -174,23 +174,6 @@ impl Staging {
         })
     }
 
-    /// Records an event on `from` and makes `to` wait for it.
-    fn order(from: sys::CUstream, to: sys::CUstream) -> candle_core::Result<()> {
-        let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).w()?;
-        // SAFETY: live handles; the event is destroyed after the wait is queued (allowed).
-        unsafe {
-            let queued = result::event::record(event, from).and_then(|()| {
-                result::stream::wait_event(
-                    to,
-                    event,
-                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-                )
-            });
-            let _ = result::event::destroy(event);
-            queued.w()
-        }
-    }
-
     /// `values` (pinned) in a new buffer: allocated on the compute stream, copied on the copy
     /// stream once the allocation is in place.
     fn copy<T: DeviceRepr>(&self, values: &[T]) -> candle_core::Result<CudaSlice<T>> {
@@ -199,7 +182,7 @@ impl Staging {
         // stream waits for `ready` first).
         let dst = unsafe { self.device.alloc::<T>(values.len()) }?;
         compute.context().bind_to_thread().w()?;
-        Self::order(compute.cu_stream(), self.stream.0)?;
+        super::streams::order(compute.cu_stream(), self.stream.0)?;
         {
             let (ptr, _guard) = dst.device_ptr(&compute);
             // SAFETY: `values` is pinned host memory that outlives the copy (the staged unit
