@@ -108,25 +108,25 @@ else
   summary+=("FAIL memcheck: compute-sanitizer not found")
 fi
 
-# Loads with the packed form built on the GPU (DF11_GPU_PACK=1, off by default until this has
-# passed): the device modules and a model's DF11 == BF16 test through that load path.
-gpu_pack_run() {  # <binary prefix>[@<crate folder>] [test filter]
+# Loads with the packed form built on the CPU (DF11_GPU_PACK=0; the GPU build is the default):
+# the device modules and a model's DF11 == BF16 tests through that load path too.
+cpu_pack_run() {  # <binary prefix>[@<crate folder>] [test filter]
   local bin crate name=${1%@*} dir=
   [[ $1 == *@* ]] && dir=${1#*@}
   read -r bin crate < <(awk -v p="^$name-" -v d="$dir" '$1 ~ p && (d == "" || $2 == d) {print $1, $2; exit}' "$SUITE/tests.txt")
-  [ -n "$bin" ] || { summary+=("FAIL gpu-pack $1: binary not found"); fail=1; return; }
-  if (cd "$crate" && DF11_GPU_PACK=1 CARGO_MANIFEST_DIR=$PWD DF11_BIN_DIR=$BIN "$BIN/$bin" \
-      --test-threads=1 ${2:-}) > "$LOG/gpu_pack_$name.log" 2>&1; then
-    summary+=("PASS gpu-pack $1 ${2:-}: $(grep -E "^test result" "$LOG/gpu_pack_$name.log" | tail -1)")
+  [ -n "$bin" ] || { summary+=("FAIL cpu-pack $1: binary not found"); fail=1; return; }
+  if (cd "$crate" && DF11_GPU_PACK=0 CARGO_MANIFEST_DIR=$PWD DF11_BIN_DIR=$BIN "$BIN/$bin" \
+      --test-threads=1 ${2:-}) > "$LOG/cpu_pack_$name.log" 2>&1; then
+    summary+=("PASS cpu-pack $1 ${2:-}: $(grep -E "^test result" "$LOG/cpu_pack_$name.log" | tail -1)")
   else
     fail=1
-    summary+=("FAIL gpu-pack $1: $(grep -E "^test result|panicked" "$LOG/gpu_pack_$name.log" | head -3 | tr '\n' ' ')")
+    summary+=("FAIL cpu-pack $1: $(grep -E "^test result|panicked" "$LOG/cpu_pack_$name.log" | head -3 | tr '\n' ' ')")
   fi
 }
 if [ -z "${ONLY_SANITIZE:-}" ]; then
-  gpu_pack_run modules_exact
-  gpu_pack_run device_stress
-  gpu_pack_run model@models/qwen3-df11 "df11_logits_equal_bf16 decode_paths_agree"
+  cpu_pack_run modules_exact
+  cpu_pack_run device_stress
+  cpu_pack_run model@models/qwen3-df11 "df11_logits_equal_bf16 decode_paths_agree"
 fi
 
 if [ -n "${ONLY_SANITIZE:-}" ]; then

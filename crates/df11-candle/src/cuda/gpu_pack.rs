@@ -7,8 +7,9 @@
 //! starts and escape count, and the escapes. The arrays are those [`PackedExponents::build`]
 //! makes on the CPU, byte for byte (the GPU suite compares them).
 //!
-//! `DF11_GPU_PACK=1` turns it on for loads; until the GPU suite has compared it with the CPU
-//! build on the GPU machine (`tests/gpu_pack.rs`), loads build on the CPU by default.
+//! Loads take it by default (the GPU suite compares it with the CPU build array for array,
+//! `tests/gpu_pack.rs`, and runs the models' DF11 == BF16 tests through it); `DF11_GPU_PACK=0`
+//! builds on the CPU instead.
 
 use std::ops::Range;
 
@@ -27,11 +28,10 @@ const MODULE: &str = "df11_pack";
 /// Resident CTAs per SM the launches aim at (the kernels loop over their work).
 const CTAS: u32 = 4;
 
-/// Whether loads build the packed form on the GPU (`DF11_GPU_PACK=1`; off by default until it
-/// has run on a GPU).
+/// Whether loads build the packed form on the GPU (the default; `DF11_GPU_PACK=0`: on the CPU).
 pub(crate) fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("DF11_GPU_PACK").is_ok_and(|v| v == "1"))
+    *ON.get_or_init(|| std::env::var("DF11_GPU_PACK").map_or(true, |v| v != "0"))
 }
 
 /// The packed form of a unit on the device, as the GPU build leaves it.

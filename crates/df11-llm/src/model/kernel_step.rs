@@ -83,10 +83,7 @@ impl DecoderModel {
             let ids = Tensor::new(tokens, &first)?.unsqueeze(1)?;
             let mut carry = vec![self.embed(&ids)?.contiguous()?];
             for (s, seg) in self.placement.segments().iter().enumerate() {
-                let inputs = carry
-                    .iter()
-                    .map(|t| to_device(t, &seg.device))
-                    .collect::<Result<Vec<_>>>()?;
+                let inputs = hand_over(&carry, &seg.device)?;
                 let (positions, slots) = rows.to_device(&seg.device)?;
                 carry = self.segment_body(s, &inputs, &positions, &slots)?;
             }
@@ -111,10 +108,7 @@ impl DecoderModel {
         let segments = self.placement.segments().len();
         for s in 0..segments {
             let device = self.placement.segments()[s].device.clone();
-            let inputs = carry
-                .iter()
-                .map(|t| to_device(t, &device))
-                .collect::<Result<Vec<_>>>()?;
+            let inputs = hand_over(&carry, &device)?;
             let captured = self.graphs.get(&bucket).map_or(0, Vec::len);
             carry = if s < captured {
                 self.graphs[&bucket][s].replay(&inputs, &padded.positions, &padded.slots)?
@@ -138,4 +132,28 @@ impl DecoderModel {
             logits
         })
     }
+}
+
+/// A segment's outputs on the next segment's device. Between two devices the host waits for
+/// both around the copies, so no work of one device overlaps the other's in a step: on two
+/// GPUs (two H100s, 2026-11-26) the graph-captured step gave other logits than one device
+/// from its second replay on, although the copies are ordered by events (cudarc's and
+/// [`to_device`]'s); with `CUDA_LAUNCH_BLOCKING=1` it did not, and two devices of one GPU never
+/// did. The waits cost a launch latency per boundary and step. `DF11_SPLIT_SYNC=0` leaves
+/// them out (to look for the race).
+fn hand_over(carry: &[Tensor], to: &candle_core::Device) -> Result<Vec<Tensor>> {
+    let from = carry.first().map(|t| t.device().clone());
+    let crossing = from.as_ref().is_some_and(|f| !f.same_device(to));
+    let sync = crossing && std::env::var("DF11_SPLIT_SYNC").map_or(true, |v| v != "0");
+    if let (true, Some(from)) = (sync, &from) {
+        from.synchronize()?;
+    }
+    let moved = carry
+        .iter()
+        .map(|t| to_device(t, to))
+        .collect::<Result<Vec<_>>>()?;
+    if sync {
+        to.synchronize()?;
+    }
+    Ok(moved)
 }

@@ -155,6 +155,28 @@ impl DecoderModel {
                 RotaryEmbedding::new(r.inv_freq(), d.max_positions, first.dtype(), first.device())
             })
             .collect();
+        let norm = RmsNorm::load_kind(
+            &last,
+            &format!("{prefix}.norm"),
+            hidden,
+            d.rms_norm_eps,
+            d.norm,
+        )?;
+        // The output projection before the layers: loading a unit can take transient device
+        // memory (the GPU build of its packed form decodes it whole first), and the largest
+        // unit's then comes before the layers' weights rather than on top of them.
+        // Tied or not is the config's call, not the weight names': in a DF11 repo
+        // `lm_head.weight` is a compressed unit, not a tensor of that name.
+        let lm_head = output_projection(
+            &last,
+            spec.tie_word_embeddings,
+            &spec.names.lm_head,
+            &embed_module,
+            &embed_tokens,
+            vocab,
+            hidden,
+        )?;
+        progress.step();
         let mut layers = Vec::with_capacity(spec.layers.len());
         let mut offloaded_units = Vec::with_capacity(spec.layers.len());
         for i in 0..spec.layers.len() {
@@ -171,25 +193,6 @@ impl DecoderModel {
             layers.push(layer);
             progress.step();
         }
-        let norm = RmsNorm::load_kind(
-            &last,
-            &format!("{prefix}.norm"),
-            hidden,
-            d.rms_norm_eps,
-            d.norm,
-        )?;
-        // Tied or not is the config's call, not the weight names': in a DF11 repo
-        // `lm_head.weight` is a compressed unit, not a tensor of that name.
-        let lm_head = output_projection(
-            &last,
-            spec.tie_word_embeddings,
-            &spec.names.lm_head,
-            &embed_module,
-            &embed_tokens,
-            vocab,
-            hidden,
-        )?;
-        progress.step();
         Ok(Self {
             spec,
             embed_tokens,
