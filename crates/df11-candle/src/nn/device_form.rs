@@ -81,6 +81,26 @@ impl OnDevice {
     }
 }
 
+impl OnDevice {
+    /// A unit's arrays on the CPU device (copied; the CPU decoder's table built).
+    pub(crate) fn on_cpu(
+        sign_mantissa: &[u8],
+        encoded_exponent: &[u8],
+        luts: &[u8],
+        gaps: &[u8],
+    ) -> Result<Self> {
+        Ok(Self {
+            sign_mantissa: Tensor::from_slice(sign_mantissa, sign_mantissa.len(), &Device::Cpu)?,
+            store: Store::Cpu {
+                encoded_exponent: encoded_exponent.to_vec(),
+                luts: luts.to_vec(),
+                gaps: gaps.to_vec(),
+                table: DecodeTable::new(luts),
+            },
+        })
+    }
+}
+
 /// Puts validated unit tensors on `device` (exponents in `form` on CUDA).
 pub(crate) fn upload(
     name: &str,
@@ -91,16 +111,11 @@ pub(crate) fn upload(
 ) -> Result<OnDevice> {
     #[cfg(not(feature = "cuda"))]
     let _ = (name, layout, form);
-    let sign_mantissa = Tensor::from_slice(t.sign_mantissa, t.sign_mantissa.len(), device)?;
-    let store = match device {
-        Device::Cpu => Store::Cpu {
-            encoded_exponent: t.encoded_exponent.to_vec(),
-            luts: t.luts.to_vec(),
-            gaps: t.gaps.to_vec(),
-            table: DecodeTable::new(t.luts),
-        },
+    match device {
+        Device::Cpu => OnDevice::on_cpu(t.sign_mantissa, t.encoded_exponent, t.luts, t.gaps),
         #[cfg(feature = "cuda")]
         Device::Cuda(dev) => {
+            let sign_mantissa = Tensor::from_slice(t.sign_mantissa, t.sign_mantissa.len(), device)?;
             let (storage, sm_layout) = sign_mantissa.storage_and_layout();
             let candle_core::Storage::Cuda(sm) = &*storage else {
                 return Err(Df11Error::Usage(
@@ -110,16 +125,13 @@ pub(crate) fn upload(
             let unit =
                 crate::cuda::unit::CudaUnit::new(dev, name, t, layout, form, (sm, sm_layout))?;
             drop(storage);
-            Store::Cuda(unit)
+            Ok(OnDevice {
+                sign_mantissa,
+                store: Store::Cuda(unit),
+            })
         }
-        other => {
-            return Err(Df11Error::Usage(format!(
-                "DF11 decoding is implemented for the CPU and CUDA, not {other:?}"
-            )))
-        }
-    };
-    Ok(OnDevice {
-        sign_mantissa,
-        store,
-    })
+        other => Err(Df11Error::Usage(format!(
+            "DF11 decoding is implemented for the CPU and CUDA, not {other:?}"
+        ))),
+    }
 }

@@ -13,12 +13,11 @@
 
 use std::sync::{Arc, Mutex};
 
-use candle_core::{Device, Tensor};
+use candle_core::Device;
 
-use crate::codec::decode::DecodeTable;
 use crate::error::{Df11Error, Result};
 use crate::format::unit::{UnitLayout, UnitTensors};
-use crate::nn::device_form::{OnDevice, Store};
+use crate::nn::device_form::OnDevice;
 
 /// What an offloaded unit keeps on the host.
 enum HostForm {
@@ -141,15 +140,12 @@ impl Offloaded {
                 },
                 Device::Cpu,
             ) => Ok(Staged {
-                on: Arc::new(OnDevice {
-                    sign_mantissa: Tensor::from_slice(sign_mantissa, sign_mantissa.len(), device)?,
-                    store: Store::Cpu {
-                        encoded_exponent: encoded_exponent.clone(),
-                        luts: luts.clone(),
-                        gaps: gaps.clone(),
-                        table: DecodeTable::new(luts),
-                    },
-                }),
+                on: Arc::new(OnDevice::on_cpu(
+                    sign_mantissa,
+                    encoded_exponent,
+                    luts,
+                    gaps,
+                )?),
                 #[cfg(feature = "cuda")]
                 ready: None,
             }),
@@ -165,10 +161,12 @@ impl Offloaded {
                 let staging = Staging::begin(dev)?;
                 let up = Uploader::Staged(&staging);
                 let sm = up.put(sign_mantissa)?;
-                let store = Store::Cuda(crate::cuda::unit::CudaUnit::upload(&up, exponents)?);
+                let store = crate::nn::device_form::Store::Cuda(
+                    crate::cuda::unit::CudaUnit::upload(&up, exponents)?,
+                );
                 let ready = staging.finish()?;
                 let storage = candle_core::CudaStorage::wrap_cuda_slice(sm, dev.clone());
-                let sign_mantissa = Tensor::from_storage(
+                let sign_mantissa = candle_core::Tensor::from_storage(
                     candle_core::Storage::Cuda(storage),
                     self.n_elements,
                     candle_core::op::BackpropOp::none(),
