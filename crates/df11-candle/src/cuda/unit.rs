@@ -247,20 +247,30 @@ impl CudaUnit {
             let built = crate::cuda::gpu_pack::build(device, name, t, layout, sign_mantissa)?;
             match built {
                 Some(p) if form == ExponentForm::Packed || p.fits() => {
-                    return Ok(Self {
+                    let unit = Self {
                         device: device.clone(),
                         exponents: Exponents::Packed(p.into_buffers(device)?),
-                    });
+                    };
+                    return unit.debug_sync();
                 }
                 // No packed form, or too large for `auto`: the Huffman form, as on the CPU.
                 _ => {
                     let host = HostExponents::build(name, t, layout, ExponentForm::Huffman)?;
-                    return Self::upload(&Uploader::Now(device), &host);
+                    return Self::upload(&Uploader::Now(device), &host)?.debug_sync();
                 }
             }
         }
         let host = HostExponents::build(name, t, layout, form)?;
-        Self::upload(&Uploader::Now(device), &host)
+        Self::upload(&Uploader::Now(device), &host)?.debug_sync()
+    }
+
+    /// With `DF11_DEBUG_SYNC=load|all`, waits for the unit's copies and builds (the host arrays
+    /// they read are dropped after this returns).
+    fn debug_sync(self) -> Result<Self> {
+        if crate::cuda::streams::debug_sync().load {
+            crate::cuda::streams::sync_unless_capturing(&self.device)?;
+        }
+        Ok(self)
     }
 
     /// The Huffman form without a segment index, uploaded at once (no CPU decode): what the

@@ -244,6 +244,12 @@ impl DecoderModel {
         self.stage_layer(layer + 1)?;
         let out = body();
         self.release_layer(layer);
+        #[cfg(feature = "cuda")]
+        if df11_candle::cuda::streams::debug_sync().layer {
+            if let candle_core::Device::Cuda(dev) = self.placement.device_of(layer) {
+                df11_candle::cuda::streams::sync_unless_capturing(dev)?;
+            }
+        }
         out
     }
 
