@@ -25,6 +25,30 @@ pub fn to_device(t: &Tensor, device: &Device) -> Result<Tensor> {
     Ok(t.to_device(device)?)
 }
 
+/// A segment's outputs on the next segment's device. Between two devices the host waits for
+/// both around the copies, so no work of one device overlaps the other's across the boundary:
+/// on two GPUs (two H100s, 2026-11-26) the graph-captured step gave other logits than one
+/// device from its second replay on, although the copies are ordered by events (cudarc's and
+/// [`to_device`]'s); with `CUDA_LAUNCH_BLOCKING=1` it did not, and two devices of one GPU never
+/// did. With the waits the fixture tests pass, but the 8B-shaped model's tokens still leave one
+/// GPU's after some steps (docs/PERFORMANCE.md, session 7): the race is not found yet. The
+/// waits cost a launch latency per boundary and pass. `DF11_SPLIT_SYNC=0` leaves them out.
+pub fn hand_over(carry: &[Tensor], to: &Device) -> Result<Vec<Tensor>> {
+    let crossing = carry.first().is_some_and(|t| !t.device().same_device(to));
+    let sync = crossing && std::env::var("DF11_SPLIT_SYNC").map_or(true, |v| v != "0");
+    if sync {
+        carry[0].device().synchronize()?;
+    }
+    let moved = carry
+        .iter()
+        .map(|t| to_device(t, to))
+        .collect::<Result<Vec<_>>>()?;
+    if sync {
+        to.synchronize()?;
+    }
+    Ok(moved)
+}
+
 #[cfg(feature = "cuda")]
 mod cuda {
     use candle_core::backend::BackendStorage;

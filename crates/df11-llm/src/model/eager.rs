@@ -7,7 +7,7 @@ use super::DecoderModel;
 use crate::attention::decoder_mask;
 use crate::decoder::EagerAt;
 use crate::error::Result;
-use crate::transfer::to_device;
+use crate::transfer::{hand_over, to_device};
 
 impl DecoderModel {
     /// The eager pass: `ids` `[rows, seq]` at positions `start..`, row `r` in slot
@@ -25,7 +25,7 @@ impl DecoderModel {
             if seg.layers.is_empty() {
                 continue;
             }
-            x = to_device(&x, &seg.device)?;
+            x = hand_over(std::slice::from_ref(&x), &seg.device)?.remove(0);
             let tables = caches.tables[s]
                 .iter()
                 .map(|(cos, sin)| Ok((cos.narrow(0, start, seq)?, sin.narrow(0, start, seq)?)))

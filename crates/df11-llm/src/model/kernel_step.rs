@@ -12,7 +12,7 @@ use crate::decoder::DecoderLayer;
 use crate::error::Result;
 use crate::graph::StepGraph;
 use crate::step::{add_norm, StepCtx, StepRows};
-use crate::transfer::to_device;
+use crate::transfer::hand_over;
 
 impl DecoderModel {
     /// Whether decode steps can take the step kernels: every segment on CUDA, BF16, head sizes
@@ -132,28 +132,4 @@ impl DecoderModel {
             logits
         })
     }
-}
-
-/// A segment's outputs on the next segment's device. Between two devices the host waits for
-/// both around the copies, so no work of one device overlaps the other's in a step: on two
-/// GPUs (two H100s, 2026-11-26) the graph-captured step gave other logits than one device
-/// from its second replay on, although the copies are ordered by events (cudarc's and
-/// [`to_device`]'s); with `CUDA_LAUNCH_BLOCKING=1` it did not, and two devices of one GPU never
-/// did. The waits cost a launch latency per boundary and step. `DF11_SPLIT_SYNC=0` leaves
-/// them out (to look for the race).
-fn hand_over(carry: &[Tensor], to: &candle_core::Device) -> Result<Vec<Tensor>> {
-    let from = carry.first().map(|t| t.device().clone());
-    let crossing = from.as_ref().is_some_and(|f| !f.same_device(to));
-    let sync = crossing && std::env::var("DF11_SPLIT_SYNC").map_or(true, |v| v != "0");
-    if let (true, Some(from)) = (sync, &from) {
-        from.synchronize()?;
-    }
-    let moved = carry
-        .iter()
-        .map(|t| to_device(t, to))
-        .collect::<Result<Vec<_>>>()?;
-    if sync {
-        to.synchronize()?;
-    }
-    Ok(moved)
 }
