@@ -63,5 +63,6 @@ strip "$SUITE"/*-* "$SUITE/gpu_bench" "$SUITE/sanitizer_probe" "$SUITE/synth_mod
 cp scripts/gpu-suite-run.sh "$SUITE/run.sh"
 cp scripts/gpu-e2e-run.sh "$SUITE/e2e.sh"
 cp scripts/gpu-soak.sh "$SUITE/soak.sh"
+cp scripts/gpu-split-check.sh "$SUITE/split.sh"
 du -sh "$SUITE"
 echo "now run on the GPU machine: bash $SUITE/run.sh   (device tool, carry [\".gpu\"])"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The split over two GPUs against one GPU, token for token, on the 8B-shaped model, under the
+# settings that order more (packed by scripts/gpu-suite.sh as .gpu/suite/split.sh; run on a
+# machine of two GPUs after .gpu/suite/run.sh or e2e.sh unpacked the binaries). Each line: the
+# setting and the first decode step whose token differs from GPU 0 alone ("none": equal).
+# `CUDA_LAUNCH_BLOCKING=1` removed every difference on 2026-11-26; a setting that also does
+# says where the race is (docs/PERFORMANCE.md, session 7).
+set -uo pipefail
+BIN=/tmp/df11-suite-bin
+WORK=${E2E_WORK:-/tmp/df11-e2e-work}
+STEPS=${SPLIT_STEPS:-32}
+if [ ! -x "$BIN/qwen3-df11-bench" ]; then
+  mkdir -p "$BIN" && xz -T0 -dc .gpu/suite/bins.tar.xz | tar xf - -C "$BIN" && chmod +x "$BIN"/*
+fi
+if [ ! -f "$WORK/df11/config.json" ]; then
+  "$BIN/synth_model" --template tests/fixtures/models/qwen3-tiny/bf16 --out "$WORK/bf16" 2>/dev/null || exit 1
+  "$BIN/df11" compress "$WORK/bf16" "$WORK/df11" > /dev/null 2>&1 || exit 1
+fi
+tokens() {  # <out file> <env...> -- <bench args...>
+  local out=$1; shift
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  env "${envs[@]}" "$BIN/qwen3-df11-bench" --model-dir "$WORK/df11" --decode-tokens "$STEPS" "$@" \
+    2>/dev/null | python3 -c "import json, sys; print(json.dumps(json.load(sys.stdin)['tokens']))" > "$out"
+}
+tokens /tmp/split-ref.json X=1 --
+for setting in "X=1" "DF11_SPLIT_SYNC=0" "DF11_DEBUG_SYNC=load" "DF11_DEBUG_SYNC=layer" \
+    "DF11_DEBUG_SYNC=all" "DF11_PEER_COPY=0" "DF11_GPU_PACK=0" "CUDA_LAUNCH_BLOCKING=1"; do
+  for graph in "" "--no-cuda-graph"; do
+    # shellcheck disable=SC2086
+    tokens /tmp/split-run.json $setting -- --devices 0,1 $graph
+    python3 - "$setting $graph" /tmp/split-ref.json /tmp/split-run.json <<'PY'
+import json, sys
+label, a, b = sys.argv[1], json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
+d = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+print(f"{label:45} first difference: {'none' if d is None else d}" + ("" if len(a) == len(b) else f" (lengths {len(a)} / {len(b)})"))
+PY
+  done
+done
