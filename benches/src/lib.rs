@@ -1,7 +1,25 @@
-//! Shared setup for the benchmarks: the Qwen3-8B-sized layer unit every bench measures.
+//! Shared setup for the benchmarks: the Qwen3-8B-sized layer unit every bench measures, and
+//! one matrix as a unit on a device (the GPU diagnostics).
 
-use df11_candle::{encode_unit, synth, EncodedUnit};
+use std::sync::Arc;
+
+use candle_core::Device;
+use df11_candle::{encode_unit, synth, Df11Group, EncodedUnit, UnitLayout};
 use half::bf16;
+
+/// `w` compressed as a one-member unit `{name}` (member `{name}.weight`) and loaded on `device`.
+pub fn one_member_group(name: &str, w: &[bf16], device: &Device) -> anyhow::Result<Arc<Df11Group>> {
+    let enc = encode_unit(&[bytemuck::cast_slice(w)]).map_err(|e| anyhow::anyhow!(e.reason))?;
+    let layout = UnitLayout::validate(&enc.tensors()).map_err(|d| anyhow::anyhow!("{d}"))?;
+    let member = vec![format!("{name}.weight")];
+    Ok(Df11Group::new(
+        name,
+        member,
+        &enc.tensors(),
+        layout,
+        device,
+    )?)
+}
 
 /// The BF16 weights of a Qwen3-8B-shaped layer (192,937,984 of N(0, 0.02)) and their encoding.
 pub fn qwen3_8b_layer_unit(seed: u64) -> (Vec<bf16>, EncodedUnit) {

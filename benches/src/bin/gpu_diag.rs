@@ -6,20 +6,12 @@
 //! `cargo run --release -p df11-benches --features cuda --bin gpu_diag`
 
 use candle_core::{DType, Device, Module, Tensor};
-use df11_candle::{encode_unit, synth, Df11Group, Df11Linear, UnitLayout};
+use df11_candle::{synth, Df11Group, Df11Linear, UnitLayout};
 
 fn rows_check(dev: &Device) -> anyhow::Result<()> {
     let (rows, hidden) = (151_936usize, 4096usize);
     let w = synth::normal_bf16(rows * hidden, 0.02, 3);
-    let enc = encode_unit(&[bytemuck::cast_slice(&w)]).map_err(|e| anyhow::anyhow!(e.reason))?;
-    let layout = UnitLayout::validate(&enc.tensors()).map_err(|d| anyhow::anyhow!("{d}"))?;
-    let g = Df11Group::new(
-        "emb",
-        vec!["emb.weight".into()],
-        &enc.tensors(),
-        layout,
-        dev,
-    )?;
+    let g = df11_benches::one_member_group("emb", &w, dev)?;
     let mut bad = 0;
     let mut s = 12345u64;
     for _ in 0..100 {

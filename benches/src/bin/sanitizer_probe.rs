@@ -8,7 +8,7 @@
 //! scripts/gpu-suite-run.sh runs it next to the initcheck of the kernel tests).
 
 use candle_core::{DType, Device, Module, Tensor};
-use df11_candle::{encode_unit, synth, Df11Group, Df11Linear, UnitLayout};
+use df11_candle::{synth, Df11Linear};
 
 fn stage(name: &str, f: impl FnOnce() -> anyhow::Result<usize>) -> anyhow::Result<()> {
     eprintln!("=== stage {name}");
@@ -42,15 +42,7 @@ fn main() -> anyhow::Result<()> {
     stage("copy kernel reading a cuBLAS output", || {
         host(&x.matmul(&w.t()?)?.t()?.contiguous()?)
     })?;
-    let enc = encode_unit(&[bytemuck::cast_slice(&wv)]).map_err(|e| anyhow::anyhow!(e.reason))?;
-    let layout = UnitLayout::validate(&enc.tensors()).map_err(|d| anyhow::anyhow!("{d}"))?;
-    let group = Df11Group::new(
-        "probe",
-        vec!["probe.weight".into()],
-        &enc.tensors(),
-        layout,
-        &dev,
-    )?;
+    let group = df11_benches::one_member_group("probe", &wv, &dev)?;
     let linear = Df11Linear::new(group, 0, out, cols, None, DType::BF16)?;
     stage("Df11Linear, 1 row (CUDA-core fused kernel)", || {
         host(&linear.forward(&x.narrow(0, 0, 1)?)?)

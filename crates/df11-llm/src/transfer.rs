@@ -1,8 +1,8 @@
 //! Moving activations between the devices of a split model ([`crate::placement`]).
 //!
 //! Between two CUDA devices the copy is a peer copy on the receiving device's stream, ordered
-//! after the sending stream's work by an event, and the sending stream's later work after the
-//! copy (`df11_candle::cuda::streams`; cudarc's cross-context `memcpy_dtod`), with peer
+//! after the sending stream's work by an event (cudarc's cross-context `memcpy_dtod`), and the
+//! sending stream's later work after the copy (`df11_candle::cuda::streams`), with peer
 //! access enabled once per pair where the hardware allows it (else the driver stages through the
 //! host). Anything else goes through candle's `to_device`. `DF11_PEER_COPY=0` sends CUDA copies
 //! through the host too (for diagnosis).
@@ -101,13 +101,11 @@ mod cuda {
         let stream = dst.cuda_stream();
         // SAFETY: every element is written by the copy before the storage is used.
         let mut out: CudaSlice<T> = unsafe { stream.alloc::<T>(len) }.w()?;
-        // The copy reads what the sender's stream wrote; the sender's later work (which may
-        // reuse the source's memory once it is freed) waits for the copy. cudarc orders a
-        // cross-context copy only in contexts that track events, which candle's are not.
-        let sender = storage.device();
-        df11_candle::cuda::streams::wait_for(dst, sender)?;
+        // cudarc's cross-context copy waits for the sender's stream (an event recorded there);
+        // nothing makes the sender's later work, which may reuse the source's memory once it
+        // is freed, wait for the copy: that wait is added here.
         stream.memcpy_dtod(&src, &mut out).w()?;
-        df11_candle::cuda::streams::wait_for(sender, dst)?;
+        df11_candle::cuda::streams::wait_for(storage.device(), dst)?;
         Ok(CudaStorage::wrap_cuda_slice(out, dst.clone()))
     }
 

@@ -2,9 +2,9 @@
 //! a device's compute stream and its copy stream ([`super::upload`]), and between the streams
 //! of two devices (a split model hands activations from one GPU to the next).
 //!
-//! cudarc orders a cross-context copy only for contexts that track events (those with more
-//! than one cudarc stream); candle keeps one stream per device, so nothing orders a copy
-//! between two GPUs unless the caller does: [`wait_for`].
+//! cudarc's cross-context copy waits for the source's stream, but the source's stream does
+//! not wait for the copy (cudarc tracks such reads only in contexts of several cudarc streams;
+//! candle keeps one per device): [`wait_for`] adds that wait.
 
 use candle_core::cuda_backend::cudarc::driver::{result, sys};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
