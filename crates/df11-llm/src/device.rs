@@ -10,7 +10,33 @@ pub fn select_device(cpu: bool) -> Result<Device> {
     if cpu || !cfg!(feature = "cuda") {
         return Ok(Device::Cpu);
     }
-    Ok(Device::new_cuda(0)?)
+    open_cuda(0)
+}
+
+/// CUDA device `ordinal` on a stream of its own (`DF11_CUDA_STREAM=per-thread`: candle's
+/// `Device::new_cuda`, the per-thread default stream).
+///
+/// Why not the per-thread default stream: its handle (`CU_STREAM_PER_THREAD`) names the stream
+/// of whichever context is current on whichever thread queues the work, so with several GPUs
+/// anything that queues through a raw handle without binding the device's context first (a
+/// cross-device event wait, cuBLAS, whose calls do not bind) lands on the wrong GPU's stream,
+/// and work queued from two threads is not ordered. On two H100s (2026-11-26) a split model
+/// left one GPU's tokens after 6-9 steps on the per-thread stream and matched on streams of
+/// their own (`scripts/gpu-split-check.sh`). cudarc's event tracking is turned off: candle
+/// queues every op of a device on its one stream, and our second streams order themselves
+/// (`df11_candle::cuda::streams`).
+pub fn open_cuda(ordinal: usize) -> Result<Device> {
+    if std::env::var("DF11_CUDA_STREAM").is_ok_and(|v| v == "per-thread") {
+        return Ok(Device::new_cuda(ordinal)?);
+    }
+    let device = Device::new_cuda_with_stream(ordinal)?;
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(dev) = &device {
+        // SAFETY: every op of this device is queued on its one stream (see above), so the
+        // per-buffer events cudarc would record order nothing.
+        unsafe { dev.cuda_stream().context().disable_event_tracking() };
+    }
+    Ok(device)
 }
 
 /// The CUDA devices of `ordinals`, each created once (a device index twice, or one this machine
@@ -30,7 +56,7 @@ pub fn cuda_devices(ordinals: &[usize]) -> Result<Vec<Device>> {
             count,
         });
     }
-    ordinals.iter().map(|&o| Ok(Device::new_cuda(o)?)).collect()
+    ordinals.iter().map(|&o| open_cuda(o)).collect()
 }
 
 /// CUDA devices this machine has (0 without CUDA or without a driver).

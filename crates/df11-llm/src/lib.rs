@@ -54,7 +54,7 @@ pub use chat::{ChatTemplate, Message};
 pub use cli::{conversation_ids, prompt_ids, run, run_archs, sampling_params};
 pub use config::{GenerationDefaults, ModelConfig, RopeConfig};
 pub use decoder::{DecoderLayer, EagerAt, GatedMlp, SelfAttention};
-pub use device::{cuda_device_count, cuda_devices, select_device, select_dtype};
+pub use device::{cuda_device_count, cuda_devices, open_cuda, select_device, select_dtype};
 pub use engine::{Engine, SeqId};
 pub use error::{LlmError, Result};
 pub use generate::{generate, CausalLm, Generation, GenerationParams};

@@ -25,17 +25,20 @@ pub fn to_device(t: &Tensor, device: &Device) -> Result<Tensor> {
     Ok(t.to_device(device)?)
 }
 
-/// A segment's outputs on the next segment's device. Between two devices the host waits for
-/// both around the copies, so no work of one device overlaps the other's across the boundary:
-/// on two GPUs (two H100s, 2026-11-26) the graph-captured step gave other logits than one
-/// device from its second replay on, although the copies are ordered by events (cudarc's and
-/// [`to_device`]'s); with `CUDA_LAUNCH_BLOCKING=1` it did not, and two devices of one GPU never
-/// did. With the waits the fixture tests pass, but the 8B-shaped model's tokens still leave one
-/// GPU's after some steps (docs/PERFORMANCE.md, session 7): the race is not found yet. The
-/// waits cost a launch latency per boundary and pass. `DF11_SPLIT_SYNC=0` leaves them out.
+/// A segment's outputs on the next segment's device, ordered on the GPUs by events (the copy
+/// after the sender's work, the sender's later work after the copy); the host does not wait.
+/// `DF11_SPLIT_SYNC=1` makes the host wait for both devices around the copies as well (for
+/// diagnosis: with it no work of one device overlaps the other's across the boundary).
+///
+/// History: on two H100s the split left one GPU's tokens after 4-9 steps until the devices got
+/// streams of their own (`crate::device::open_cuda`; the per-thread default stream's handle is
+/// resolved against whichever context is current, so one of the two waits landed on the wrong
+/// GPU) and the waits bound each stream's context. Since, every ordering setting gives one
+/// GPU's tokens over 32 steps of the 8B-shaped model, both device orders, graph and no graph
+/// (`scripts/gpu-split-check.sh`, docs/PERFORMANCE.md).
 pub fn hand_over(carry: &[Tensor], to: &Device) -> Result<Vec<Tensor>> {
     let crossing = carry.first().is_some_and(|t| !t.device().same_device(to));
-    let sync = crossing && std::env::var("DF11_SPLIT_SYNC").map_or(true, |v| v != "0");
+    let sync = crossing && std::env::var("DF11_SPLIT_SYNC").is_ok_and(|v| v == "1");
     if sync {
         carry[0].device().synchronize()?;
     }
@@ -102,10 +105,16 @@ mod cuda {
         // SAFETY: every element is written by the copy before the storage is used.
         let mut out: CudaSlice<T> = unsafe { stream.alloc::<T>(len) }.w()?;
         // cudarc's cross-context copy waits for the sender's stream (an event recorded there);
-        // nothing makes the sender's later work, which may reuse the source's memory once it
-        // is freed, wait for the copy: that wait is added here.
+        // between two streams of one context (two devices on one GPU) it does not, with event
+        // tracking off (`crate::device::open_cuda`): that wait is added here. Nothing makes the
+        // sender's later work, which may reuse the source's memory once it is freed, wait for
+        // the copy: that wait is added after it.
+        let sender = storage.device();
+        if sender.cuda_stream().context().cu_ctx() == stream.context().cu_ctx() {
+            df11_candle::cuda::streams::wait_for(dst, sender)?;
+        }
         stream.memcpy_dtod(&src, &mut out).w()?;
-        df11_candle::cuda::streams::wait_for(storage.device(), dst)?;
+        df11_candle::cuda::streams::wait_for(sender, dst)?;
         Ok(CudaStorage::wrap_cuda_slice(out, dst.clone()))
     }
 

@@ -10,7 +10,7 @@ use df11_llm::{apply_rope, default_inv_freq, RmsNorm, RotaryEmbedding};
 use half::bf16;
 
 fn cuda() -> Device {
-    Device::new_cuda(0).expect("the cuda feature is on but no CUDA device opened")
+    df11_llm::open_cuda(0).expect("the cuda feature is on but no CUDA device opened")
 }
 
 fn randn(shape: &[usize], dev: &Device) -> Tensor {

@@ -6,26 +6,39 @@
 //! not wait for the copy (cudarc tracks such reads only in contexts of several cudarc streams;
 //! candle keeps one per device): [`wait_for`] adds that wait.
 
-use candle_core::cuda_backend::cudarc::driver::{result, sys};
+use candle_core::cuda_backend::cudarc::driver::{result, sys, CudaContext};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 
 /// Makes `waiter`'s stream wait, on the GPU, for the work queued so far on `producer`'s stream
 /// (the two may be different GPUs).
+///
+/// Each half runs with its own stream's context current: candle's devices use the per-thread
+/// default stream, a handle (`CU_STREAM_PER_THREAD`) that names the stream of whichever context
+/// is current, so a wait queued with the producer's context current would make the producer
+/// wait for itself.
 pub fn wait_for(waiter: &CudaDevice, producer: &CudaDevice) -> candle_core::Result<()> {
-    let from = producer.cuda_stream();
-    from.context().bind_to_thread().w()?;
-    order(from.cu_stream(), waiter.cuda_stream().cu_stream())
+    let (from, to) = (producer.cuda_stream(), waiter.cuda_stream());
+    order(
+        (from.context(), from.cu_stream()),
+        (to.context(), to.cu_stream()),
+    )
 }
 
-/// Records an event on `from` (whose context is current) and makes `to` wait for it.
-pub(crate) fn order(from: sys::CUstream, to: sys::CUstream) -> candle_core::Result<()> {
+/// A stream and the context it belongs to (current while work is queued on it).
+pub(crate) type Queue<'a> = (&'a CudaContext, sys::CUstream);
+
+/// Records an event on `from` and makes `to` wait for it, each with its own context current.
+pub(crate) fn order(from: Queue<'_>, to: Queue<'_>) -> candle_core::Result<()> {
+    from.0.bind_to_thread().w()?;
     let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).w()?;
     // SAFETY: live handles; a stream may wait for an event of another context; the event is
     // destroyed after the wait is queued (allowed: its resources go once it completes).
     unsafe {
-        let queued = result::event::record(event, from).and_then(|()| {
-            result::stream::wait_event(to, event, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+        let queued = result::event::record(event, from.1).and_then(|()| {
+            to.0.bind_to_thread()?;
+            result::stream::wait_event(to.1, event, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
         });
+        let _ = from.0.bind_to_thread();
         let _ = result::event::destroy(event);
         queued.w()
     }

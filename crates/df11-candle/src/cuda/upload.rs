@@ -181,8 +181,11 @@ impl Staging {
         // SAFETY: the buffer is written by the copy before anything reads it (the compute
         // stream waits for `ready` first).
         let dst = unsafe { self.device.alloc::<T>(values.len()) }?;
+        super::streams::order(
+            (compute.context(), compute.cu_stream()),
+            (compute.context(), self.stream.0),
+        )?;
         compute.context().bind_to_thread().w()?;
-        super::streams::order(compute.cu_stream(), self.stream.0)?;
         {
             let (ptr, _guard) = dst.device_ptr(&compute);
             // SAFETY: `values` is pinned host memory that outlives the copy (the staged unit

@@ -229,7 +229,7 @@ pub fn input_on(ids: &[u32], device: &Device) -> Tensor {
 pub fn test_device() -> Device {
     #[cfg(feature = "cuda")]
     {
-        Device::new_cuda(0).expect("the cuda feature is on but no CUDA device opened")
+        crate::device::open_cuda(0).expect("the cuda feature is on but no CUDA device opened")
     }
     #[cfg(not(feature = "cuda"))]
     {

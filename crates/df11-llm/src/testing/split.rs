@@ -26,7 +26,7 @@ fn split_devices() -> (Vec<Device>, String) {
         let devices = crate::device::cuda_devices(&[0, 1]).expect("two CUDA devices");
         (devices, format!("CUDA devices 0 and 1 ({gpus} GPUs)"))
     } else {
-        let second = Device::new_cuda(0).expect("a second device on GPU 0");
+        let second = crate::device::open_cuda(0).expect("a second device on GPU 0");
         (
             vec![device, second],
             "two devices on GPU 0 (one GPU here: the multi-GPU part needs two)".into(),
