@@ -111,25 +111,35 @@ else
   summary+=("FAIL memcheck: compute-sanitizer not found")
 fi
 
-# Loads with the packed form built on the CPU (DF11_GPU_PACK=0; the GPU build is the default):
-# the device modules and a model's DF11 == BF16 tests through that load path too.
-cpu_pack_run() {  # <binary prefix>[@<crate folder>] [test filter]
-  local bin crate name=${1%@*} dir=
-  [[ $1 == *@* ]] && dir=${1#*@}
+# Variants of the defaults, each over a few test binaries: <label> <VAR=value> <binary
+# prefix>[@<crate folder>] [test filter].
+variant_run() {
+  local label=$1 setting=$2 bin crate name=${3%@*} dir=
+  [[ $3 == *@* ]] && dir=${3#*@}
   read -r bin crate < <(awk -v p="^$name-" -v d="$dir" '$1 ~ p && (d == "" || $2 == d) {print $1, $2; exit}' "$SUITE/tests.txt")
-  [ -n "$bin" ] || { summary+=("FAIL cpu-pack $1: binary not found"); fail=1; return; }
-  if (cd "$crate" && DF11_GPU_PACK=0 CARGO_MANIFEST_DIR=$PWD DF11_BIN_DIR=$BIN "$BIN/$bin" \
-      --test-threads=1 ${2:-}) > "$LOG/cpu_pack_$name.log" 2>&1; then
-    summary+=("PASS cpu-pack $1 ${2:-}: $(grep -E "^test result" "$LOG/cpu_pack_$name.log" | tail -1)")
+  [ -n "$bin" ] || { summary+=("FAIL $label $3: binary not found"); fail=1; return; }
+  local log="$LOG/${label}_${name}${dir:+_${dir##*/}}.log"
+  # shellcheck disable=SC2086
+  if (cd "$crate" && env "$setting" CARGO_MANIFEST_DIR=$PWD DF11_BIN_DIR=$BIN "$BIN/$bin" \
+      --test-threads=1 ${4:-}) > "$log" 2>&1; then
+    summary+=("PASS $label $3 ${4:-}: $(grep -E "^test result" "$log" | tail -1)")
   else
     fail=1
-    summary+=("FAIL cpu-pack $1: $(grep -E "^test result|panicked" "$LOG/cpu_pack_$name.log" | head -3 | tr '\n' ' ')")
+    summary+=("FAIL $label $3: $(grep -E "^test result|panicked" "$log" | head -3 | tr '\n' ' ')")
   fi
 }
 if [ -z "${ONLY_SANITIZE:-}" ]; then
-  cpu_pack_run modules_exact
-  cpu_pack_run device_stress
-  cpu_pack_run model@models/qwen3-df11 "df11_logits_equal_bf16 decode_paths_agree"
+  # Loads with the packed form built on the CPU (the GPU build is the default): the device
+  # modules and a model's DF11 == BF16 tests through that load path too.
+  variant_run cpu-pack DF11_GPU_PACK=0 modules_exact
+  variant_run cpu-pack DF11_GPU_PACK=0 device_stress
+  variant_run cpu-pack DF11_GPU_PACK=0 model@models/qwen3-df11 "df11_logits_equal_bf16 decode_paths_agree"
+  # Prompts through the flash-decoding kernel (DecodeOptions::flash_prefill): DF11 == BF16,
+  # the split, on a model with q/k norms (qwen3) and one with sliding windows and soft scaling
+  # (gemma3).
+  for m in qwen3 gemma3; do
+    variant_run flash-prefill DF11_FLASH_PREFILL=1 "model@models/$m-df11" "df11_logits_equal_bf16 split_layers"
+  done
 fi
 
 if [ -n "${ONLY_SANITIZE:-}" ]; then

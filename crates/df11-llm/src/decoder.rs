@@ -46,6 +46,10 @@ pub struct EagerAt<'a> {
     pub first_slot: usize,
     /// Position of the first token.
     pub start: usize,
+    /// Attention through the flash-decoding kernel over the cache, one query per row of
+    /// `positions`/`slots` (every token of every sequence; CUDA, BF16), instead of candle's
+    /// matmul attention with `mask`. See [`crate::DecodeOptions::flash_prefill`].
+    pub in_place: Option<crate::step::StepCtx<'a>>,
 }
 
 /// Gemma's extra norms around the MLP.
@@ -283,6 +287,7 @@ impl SelfAttention {
             kv,
             first_slot,
             start,
+            in_place,
         } = *at;
         let (q, k, v) = self.project(x)?;
         let (q, k) = match &self.qk_norm {
@@ -293,7 +298,28 @@ impl SelfAttention {
         let q = apply_rope(&q, cos, sin)?;
         let k = apply_rope(&k, cos, sin)?;
         kv.write(first_slot, start, &k, &v)?;
-        let (rows, _, seq, _) = q.dims4()?;
+        let (rows, heads, seq, d) = q.dims4()?;
+        #[cfg(feature = "cuda")]
+        if let Some(ctx) = in_place {
+            // [rows * seq, heads, d]: one query per token, each over its own prefix.
+            let q = q
+                .transpose(1, 2)?
+                .contiguous()?
+                .reshape((rows * seq, heads, d))?;
+            let out = df11_candle::ops::flash_decode(
+                &q,
+                kv.tensor(),
+                ctx.positions,
+                ctx.slots,
+                self.scale as f32,
+                self.softcap.map(|c| c as f32),
+                ctx.window,
+                ctx.splits,
+            )?;
+            return Ok(self.o_proj.forward(&out.reshape((rows, seq, heads * d))?)?);
+        }
+        #[cfg(not(feature = "cuda"))]
+        let _ = (in_place, heads, d);
         let (k, v) = kv.read(first_slot, rows, start + seq)?;
         let out = match self.softcap {
             None => attention(&q, &k, &v, self.scale, mask)?,

@@ -7,6 +7,7 @@ use super::DecoderModel;
 use crate::attention::decoder_mask;
 use crate::decoder::EagerAt;
 use crate::error::Result;
+use crate::step::StepCtx;
 use crate::transfer::{hand_over, to_device};
 
 impl DecoderModel {
@@ -26,6 +27,7 @@ impl DecoderModel {
                 continue;
             }
             x = hand_over(std::slice::from_ref(&x), &seg.device)?.remove(0);
+            let in_place = self.prompt_rows(ids.dim(0)?, seq, first_slot, start, &seg.device)?;
             let tables = caches.tables[s]
                 .iter()
                 .map(|(cos, sin)| Ok((cos.narrow(0, start, seq)?, sin.narrow(0, start, seq)?)))
@@ -34,7 +36,7 @@ impl DecoderModel {
             // keys beyond the window).
             let mut masks: Vec<(Option<usize>, Option<Tensor>)> = Vec::new();
             for layer in &self.spec.layers[seg.layers.clone()] {
-                if !masks.iter().any(|(w, _)| *w == layer.window) {
+                if in_place.is_none() && !masks.iter().any(|(w, _)| *w == layer.window) {
                     let mask = decoder_mask(seq, start, layer.window, &seg.device)?;
                     masks.push((layer.window, mask));
                 }
@@ -53,10 +55,49 @@ impl DecoderModel {
                     kv: &caches.kv[i],
                     first_slot,
                     start,
+                    in_place: in_place.as_ref().map(|(positions, slots, splits)| {
+                        let (cos, sin) = &caches.tables[s][ls.rope];
+                        StepCtx {
+                            positions,
+                            slots,
+                            cos,
+                            sin,
+                            window: ls.window,
+                            splits: *splits,
+                        }
+                    }),
                 };
                 x = self.with_staging(i, || self.layers[i].forward(&x, &at))?;
             }
         }
         self.head(&to_device(&x, self.placement.last_device())?)
+    }
+
+    /// With [`crate::DecodeOptions::flash_prefill`] where the step kernels run: one query per
+    /// token of `rows` sequences of `seq` tokens (row `r` in slot `first_slot + r`, positions
+    /// `start..start + seq`) as `[rows * seq]` u32 positions and slots on `device`, and the
+    /// attention splits for that many queries.
+    fn prompt_rows(
+        &self,
+        rows: usize,
+        seq: usize,
+        first_slot: usize,
+        start: usize,
+        device: &candle_core::Device,
+    ) -> Result<Option<(Tensor, Tensor, usize)>> {
+        #[cfg(feature = "cuda")]
+        if self.options.flash_prefill && self.step_kernels_apply() {
+            let queries = crate::step::StepRows {
+                slots: (0..rows)
+                    .flat_map(|r| std::iter::repeat_n(first_slot + r, seq))
+                    .collect(),
+                positions: (0..rows).flat_map(|_| start..start + seq).collect(),
+            };
+            let (positions, slots) = queries.to_device(device)?;
+            let splits = self.attention_splits(device, rows * seq)?;
+            return Ok(Some((positions, slots, splits)));
+        }
+        let _ = (rows, seq, first_slot, start, device);
+        Ok(None)
     }
 }

@@ -24,6 +24,25 @@ impl DecoderModel {
             && self.layers.iter().all(DecoderLayer::step_supported)
     }
 
+    /// Pieces the flash-decoding kernel splits each of `rows` queries' sequence into on
+    /// `device` (enough blocks to fill it; fixed by the rows, the device and the cache size).
+    pub(super) fn attention_splits(
+        &self,
+        device: &candle_core::Device,
+        rows: usize,
+    ) -> Result<usize> {
+        let caches = self.caches.as_ref().expect("caches are allocated first");
+        let d = &self.spec.decoder;
+        let groups = d.num_attention_heads / d.num_key_value_heads;
+        Ok(df11_candle::ops::flash_decode_splits(
+            device.as_cuda_device()?,
+            rows,
+            d.num_key_value_heads,
+            groups.div_ceil(groups.next_power_of_two().min(8)),
+            caches.capacity,
+        )?)
+    }
+
     /// Segment `seg`'s part of a decode step. `inputs`: `[x]` (embedded tokens `[rows, 1,
     /// hidden]`) or `[x, pending]` (the residual stream and the last layer output not yet added
     /// to it), on the segment's device, with `positions`/`slots` `[rows]` u32 there. Returns
@@ -37,16 +56,7 @@ impl DecoderModel {
     ) -> Result<Vec<Tensor>> {
         let caches = self.caches.as_ref().expect("caches are allocated first");
         let segment = &self.placement.segments()[seg];
-        let dev = segment.device.as_cuda_device()?;
-        let d = &self.spec.decoder;
-        let groups = d.num_attention_heads / d.num_key_value_heads;
-        let splits = df11_candle::ops::flash_decode_splits(
-            dev,
-            inputs[0].dim(0)?,
-            d.num_key_value_heads,
-            groups.div_ceil(groups.next_power_of_two().min(8)),
-            caches.capacity,
-        )?;
+        let splits = self.attention_splits(&segment.device, inputs[0].dim(0)?)?;
         // The residual stream is updated in place: work on a copy of the inputs.
         let mut x = inputs[0].copy()?;
         let mut pending = inputs.get(1).cloned();

@@ -53,6 +53,14 @@ pub struct DecodeOptions {
     /// Run decode steps through the step kernels (CUDA, BF16); off, they run the eager pass.
     /// Off with `DF11_STEP_KERNELS=0`.
     pub step_kernels: bool,
+    /// Prompt attention through the decode step's flash-decoding kernel, one query per prompt
+    /// token over the cache (where the step kernels run), instead of candle's matmul attention
+    /// (cuBLAS products, a mask and a softmax). Off by default; on with `DF11_FLASH_PREFILL=1`.
+    /// The kernel reads each query's prefix from the cache once per query, so long prompts
+    /// are slower than the matmul path; it keeps cuBLAS out of the whole forward pass (with
+    /// `DF11_MATMUL=fused`), which is how compute-sanitizer's initcheck, blind to cuBLAS's
+    /// writes on Hopper, checks every kernel of a model (docs/RELIABILITY.md).
+    pub flash_prefill: bool,
 }
 
 impl Default for DecodeOptions {
@@ -62,6 +70,7 @@ impl Default for DecodeOptions {
             max_context: None,
             cuda_graph: on("DF11_CUDA_GRAPH"),
             step_kernels: on("DF11_STEP_KERNELS"),
+            flash_prefill: std::env::var("DF11_FLASH_PREFILL").is_ok_and(|v| v == "1"),
         }
     }
 }

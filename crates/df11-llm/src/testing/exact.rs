@@ -142,9 +142,10 @@ fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
 }
 
 /// The ways a decode step can run agree: a captured CUDA graph and separate launches bit for
-/// bit; the step kernels (BF16) no further from the f32 eager pass than the BF16 eager pass is
-/// (at most 2x its largest difference, + 1e-3), over the prompt and 8 decode steps fed the
-/// reference's greedy tokens. On the CPU every way is the eager pass. DF11 weights, on
+/// bit; the step kernels (BF16), and the prompt's attention through the flash-decoding kernel
+/// ([`DecodeOptions::flash_prefill`]), no further from the f32 eager pass than the BF16 eager
+/// pass is (at most 2x its largest difference, + 1e-3), over the prompt and 8 decode steps fed
+/// the reference's greedy tokens. On the CPU every way is the eager pass. DF11 weights, on
 /// [`test_device`].
 pub fn decode_paths_agree(m: &ModelUnderTest) {
     let device = test_device();
@@ -163,20 +164,22 @@ pub fn decode_paths_agree(m: &ModelUnderTest) {
             let weights = ModelWeights::open(&dir, WeightFormat::Df11, &device, dtype).unwrap();
             (m.build)(&config, &weights, &LoadBar::hidden()).unwrap()
         };
-        let run = |model: &mut DecoderModel, cuda_graph: bool, step_kernels: bool| {
+        let run = |model: &mut DecoderModel, cuda_graph: bool, step_kernels: bool, flash: bool| {
             let options = DecodeOptions {
                 max_context: Some(prompt.len() + then.len() + 1),
                 cuda_graph,
                 step_kernels,
+                flash_prefill: flash,
             };
             model.set_options(options).unwrap();
             step_logits(model, &prompt, &then)
         };
         let mut model = open(dtype);
-        let graph = run(&mut model, true, true);
-        let launches = run(&mut model, false, true);
-        let eager = run(&mut model, false, false);
-        let exact = run(&mut open(DType::F32), false, false);
+        let graph = run(&mut model, true, true, false);
+        let launches = run(&mut model, false, true, false);
+        let eager = run(&mut model, false, false, false);
+        let flash_prompt = run(&mut model, true, true, true);
+        let exact = run(&mut open(DType::F32), false, false, false);
         for (step, (a, b)) in graph.iter().zip(&launches).enumerate() {
             let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(
@@ -185,10 +188,19 @@ pub fn decode_paths_agree(m: &ModelUnderTest) {
             );
         }
         let (kernels_err, eager_err) = (max_diff(&graph, &exact), max_diff(&eager, &exact));
-        eprintln!("{name}: vs f32: step kernels {kernels_err:e}, eager {eager_err:e}");
+        let flash_err = max_diff(&flash_prompt, &exact);
+        eprintln!(
+            "{name}: vs f32: step kernels {kernels_err:e}, eager {eager_err:e}, \
+             flash-decoding prompt {flash_err:e}"
+        );
         assert!(
             kernels_err <= 2.0 * eager_err + 1e-3,
             "{name}: the step kernels are {kernels_err} from f32, the eager pass {eager_err}"
+        );
+        assert!(
+            flash_err <= 2.0 * eager_err + 1e-3,
+            "{name}: the prompt through flash-decoding is {flash_err} from f32, the eager pass \
+             {eager_err}"
         );
     }
 }
