@@ -56,7 +56,7 @@ sanitize() {  # <tool> <binary prefix>[@<crate folder>] [test filter]
   read -r bin crate < <(awk -v p="^$name-" -v d="$dir" '$1 ~ p && (d == "" || $2 == d) {print $1, $2; exit}' "$SUITE/tests.txt")
   [ -n "$bin" ] || { summary+=("FAIL $1 $2: binary not found"); fail=1; return; }
   local filter=${3:-}
-  local log="$LOG/$1_$name${filter:+_${filter// /_}}.log"
+  local log="$LOG/$1_$name${dir:+_${dir##*/}}${filter:+_${filter// /_}}.log"
   # SANITIZE_TIMEOUT=S stops one tool's run after S seconds (reported as a failure);
   # SANITIZE_ENV="DF11_MATMUL=fused" keeps cuBLAS out of the linears (initcheck does not see
   # cuBLAS's writes on Hopper: docs/RELIABILITY.md).
@@ -104,6 +104,15 @@ if command -v compute-sanitizer > /dev/null; then
           sanitize "$tool" "$target"
         fi
       done
+      # A whole model with no cuBLAS product anywhere (fused linears, prompt attention through
+      # flash-decoding): initcheck cannot see cuBLAS's writes on Hopper, so this is the run
+      # in which it checks every kernel of a forward pass (docs/RELIABILITY.md).
+      if [ -z "${SANITIZE_TARGETS:-}" ]; then
+        for m in qwen3 gemma3; do
+          SANITIZE_ENV="DF11_MATMUL=fused DF11_FLASH_PREFILL=1" \
+            sanitize "$tool" "model@models/$m-df11" "df11_logits_equal_bf16 split_layers"
+        done
+      fi
     done
   fi
 else

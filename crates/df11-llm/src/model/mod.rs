@@ -119,7 +119,9 @@ impl DecoderModel {
 
     /// Builds the model of `spec` split over the devices of `map` (layers balanced by free
     /// memory, or as counted). A split that cannot fit is an [`LlmError::OutOfMemory`] naming
-    /// the device, before any weight is put on one.
+    /// the device, before any weight is put on one. Open CUDA devices with
+    /// [`crate::cuda_devices`] or [`crate::open_cuda`] (a stream each; see there why not
+    /// candle's `Device::new_cuda`).
     pub fn load_split(
         spec: ModelSpec,
         weights: &ModelWeights,
