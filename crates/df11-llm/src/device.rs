@@ -59,6 +59,42 @@ pub fn cuda_devices(ordinals: &[usize]) -> Result<Vec<Device>> {
     ordinals.iter().map(|&o| open_cuda(o)).collect()
 }
 
+/// Refuses CUDA devices of a split (several GPUs) that use the per-thread default stream
+/// (candle's `Device::new_cuda`): its handle names the stream of whichever context is current,
+/// and such a split left one GPU's tokens (see [`open_cuda`]). Devices of one GPU share its
+/// context, hence the same stream, and are accepted; so is everything under
+/// `DF11_CUDA_STREAM=per-thread` (the diagnostic setting that opens them so).
+pub fn check_split_streams(devices: &[Device]) -> Result<()> {
+    #[cfg(feature = "cuda")]
+    {
+        if std::env::var("DF11_CUDA_STREAM").is_ok_and(|v| v == "per-thread") {
+            return Ok(());
+        }
+        let cuda: Vec<_> = devices
+            .iter()
+            .filter_map(|d| match d {
+                Device::Cuda(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        let ordinal = |c: &&candle_core::CudaDevice| c.cuda_stream().context().ordinal();
+        let several = cuda.iter().any(|c| ordinal(c) != ordinal(&cuda[0]));
+        // CU_STREAM_PER_THREAD, the handle cudarc's `per_thread_stream` carries.
+        let per_thread = |c: &&candle_core::CudaDevice| c.cuda_stream().cu_stream() as usize == 2;
+        if let Some(c) = cuda.iter().find(|c| several && per_thread(c)) {
+            return Err(LlmError::Usage(format!(
+                "CUDA device {} is on the per-thread default stream (candle's \
+                 Device::new_cuda); a model split over several GPUs needs devices with streams \
+                 of their own: open them with df11_llm::open_cuda or cuda_devices",
+                ordinal(c)
+            )));
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = devices;
+    Ok(())
+}
+
 /// CUDA devices this machine has (0 without CUDA or without a driver).
 pub fn cuda_device_count() -> usize {
     #[cfg(feature = "cuda")]
@@ -93,6 +129,24 @@ mod tests {
             let e = cuda_devices(&[7]).unwrap_err();
             assert!(matches!(e, LlmError::NoSuchDevice { index: 7, .. }), "{e}");
             assert!(e.to_string().contains("CUDA device 7"), "{e}");
+        }
+    }
+
+    /// On CUDA: streams of their own pass; per-thread default streams are refused across two
+    /// GPUs (where the machine has two) and accepted on one GPU.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn split_streams_are_checked() {
+        let own = open_cuda(0).unwrap();
+        let per_thread = Device::new_cuda(0).unwrap();
+        assert!(check_split_streams(&[own.clone(), per_thread.clone()]).is_ok());
+        assert!(check_split_streams(&[per_thread.clone(), Device::new_cuda(0).unwrap()]).is_ok());
+        if cuda_device_count() >= 2 {
+            let e = check_split_streams(&[per_thread, Device::new_cuda(1).unwrap()]).unwrap_err();
+            assert!(e.to_string().contains("per-thread default stream"), "{e}");
+            assert!(check_split_streams(&[own, open_cuda(1).unwrap()]).is_ok());
+        } else {
+            eprintln!("one GPU: the refusal across two GPUs is not exercised here");
         }
     }
 

@@ -71,6 +71,8 @@ impl Placement {
                 segments.len()
             )));
         }
+        let devices: Vec<Device> = segments.iter().map(|s| s.device.clone()).collect();
+        crate::device::check_split_streams(&devices)?;
         Ok(Self {
             segments,
             offloaded: layers..layers,
@@ -122,6 +124,7 @@ impl Placement {
                 free.len()
             )));
         }
+        crate::device::check_split_streams(&map.devices)?;
         let layers = sizes.layers.len();
         let counts = match &map.split {
             LayerSplit::Counts(c) => {
