@@ -73,6 +73,16 @@ impl DecoderModel {
         self.head(&to_device(&x, self.placement.last_device())?)
     }
 
+    /// Whether prompts' attention runs in place through the flash-decoding kernel
+    /// ([`crate::DecodeOptions::flash_prefill`] set, and the step kernels apply: CUDA, BF16,
+    /// head sizes they take).
+    pub fn prompt_attention_in_place(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        return self.options.flash_prefill && self.step_kernels_apply();
+        #[cfg(not(feature = "cuda"))]
+        false
+    }
+
     /// With [`crate::DecodeOptions::flash_prefill`] where the step kernels run: one query per
     /// token of `rows` sequences of `seq` tokens (row `r` in slot `first_slot + r`, positions
     /// `start..start + seq`) as `[rows * seq]` u32 positions and slots on `device`, and the
@@ -86,7 +96,7 @@ impl DecoderModel {
         device: &candle_core::Device,
     ) -> Result<Option<(Tensor, Tensor, usize)>> {
         #[cfg(feature = "cuda")]
-        if self.options.flash_prefill && self.step_kernels_apply() {
+        if self.prompt_attention_in_place() {
             let queries = crate::step::StepRows {
                 slots: (0..rows)
                     .flat_map(|r| std::iter::repeat_n(first_slot + r, seq))

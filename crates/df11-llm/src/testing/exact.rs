@@ -179,6 +179,13 @@ pub fn decode_paths_agree(m: &ModelUnderTest) {
         let launches = run(&mut model, false, true, false);
         let eager = run(&mut model, false, false, false);
         let flash_prompt = run(&mut model, true, true, true);
+        // The option must take the in-place path wherever the step kernels run (CUDA, BF16).
+        assert_eq!(
+            model.prompt_attention_in_place(),
+            device.is_cuda(),
+            "{name}: flash_prefill set, in place: {}",
+            model.prompt_attention_in_place()
+        );
         let exact = run(&mut open(DType::F32), false, false, false);
         for (step, (a, b)) in graph.iter().zip(&launches).enumerate() {
             let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
