@@ -52,12 +52,18 @@ if [ -z "${E2E_OFFICIAL_ONLY:-}" ]; then
       esac
     done
   done
-  # E2E_NO_EXTRA=1 skips the no-graph and CPU-pack rows.
+  # E2E_NO_EXTRA=1 skips the no-graph, CPU-pack, decode-ahead and flash-prefill rows.
   if [ -z "${E2E_NO_EXTRA:-}" ]; then
     bench "df11 b1 ctx512 no-graph" --model-dir "$WORK/df11" --no-cuda-graph
     # The packed form built on the CPU at load (DF11_GPU_PACK=0; the default builds it on the
     # GPU): the load time against the row above, and the same tokens.
     DF11_GPU_PACK=0 bench "df11 b1 ctx512 cpu-pack" --model-dir "$WORK/df11"
+    # The prompt's units decoded a layer ahead on a second stream (DecodeOptions::decode_ahead):
+    # its prefill tok/s against the first row's, and the same tokens.
+    DF11_DECODE_AHEAD=1 bench "df11 b1 ctx512 decode-ahead" --model-dir "$WORK/df11"
+    # The prompt's attention through the flash-decoding kernel (DecodeOptions::flash_prefill):
+    # prefill tok/s (not the same tokens necessarily: another summation order).
+    DF11_FLASH_PREFILL=1 bench "df11 b1 ctx512 flash-prefill" --model-dir "$WORK/df11"
   fi
   if [ -z "${E2E_QUICK:-}${E2E_NO_LONG:-}" ]; then
     for fmt in df11 bf16; do
@@ -132,7 +138,7 @@ for key in sorted(k for k in by if k.startswith("df11 ")):
         same = by[key]["tokens"] == by[key.replace(" no-graph", "")]["tokens"]
         ok &= same
         print(f"graph vs no graph: tokens {'==' if same else '!='}")
-    for suffix in (" split", " offload-6GB", " cpu-pack"):
+    for suffix in (" split", " offload-6GB", " cpu-pack", " decode-ahead"):
         if key.endswith(suffix) and key[: -len(suffix)] in by:
             base = by[key[: -len(suffix)]]
             a, b = by[key]["tokens"], base["tokens"]

@@ -99,6 +99,7 @@ if command -v compute-sanitizer > /dev/null; then
     sanitize memcheck step_kernels
     sanitize racecheck step_kernels
     sanitize memcheck model@models/qwen3-df11 "split_layers offloaded_layers"
+    sanitize memcheck model@models/qwen3-df11 decode_ahead
     sanitize memcheck gpu_pack
   fi
   # SANITIZE=all: every tool over the tests of every kernel we ship: decode (block, segment,
@@ -164,6 +165,10 @@ if [ -z "${ONLY_SANITIZE:-}" ]; then
   for m in qwen3 gemma3; do
     variant_run flash-prefill DF11_FLASH_PREFILL=1 "model@models/$m-df11" "df11_logits_equal_bf16 split_layers"
   done
+  # Prompts' units decoded a layer ahead on a second stream (DecodeOptions::decode_ahead):
+  # DF11 == BF16 and the split with it on, where their prompts are long enough for decode +
+  # cuBLAS; each model's decode_ahead_is_exact (a 40-token prompt) runs above.
+  variant_run decode-ahead DF11_DECODE_AHEAD=1 model@models/qwen3-df11 "df11_logits_equal_bf16 split_layers"
 fi
 
 if [ -n "${ONLY_SANITIZE:-}" ]; then

@@ -59,6 +59,25 @@ pub fn cuda_devices(ordinals: &[usize]) -> Result<Vec<Device>> {
     ordinals.iter().map(|&o| open_cuda(o)).collect()
 }
 
+/// A second stream of `device`'s GPU (one per GPU for the process, made on first use), for
+/// work beside the device's own stream (decode-ahead).
+#[cfg(feature = "cuda")]
+pub(crate) fn side_stream(device: &Device) -> Result<candle_core::cuda_backend::CudaDevice> {
+    static SIDE: std::sync::Mutex<Vec<(usize, Device)>> = std::sync::Mutex::new(Vec::new());
+    let ordinal = device.as_cuda_device()?.cuda_stream().context().ordinal();
+    let mut sides = SIDE.lock().expect("side stream lock");
+    if let Some((_, d)) = sides.iter().find(|(o, _)| *o == ordinal) {
+        return Ok(d.as_cuda_device()?.clone());
+    }
+    let d = Device::new_cuda_with_stream(ordinal)?;
+    if let Device::Cuda(c) = &d {
+        // SAFETY: as in `open_cuda`: one stream per device object, ordered by our own events.
+        unsafe { c.cuda_stream().context().disable_event_tracking() };
+    }
+    sides.push((ordinal, d.clone()));
+    Ok(d.as_cuda_device()?.clone())
+}
+
 /// Refuses CUDA devices of a split (several GPUs) that use the per-thread default stream
 /// (candle's `Device::new_cuda`): its handle names the stream of whichever context is current,
 /// and such a split left one GPU's tokens (see [`open_cuda`]). Devices of one GPU share its

@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
-use candle_core::cuda_backend::WrapErr;
+use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, Layout, Shape};
 use half::bf16;
 
@@ -165,7 +165,23 @@ pub(crate) fn decode_segments(
     sm_l: &Layout,
     elements: Range<usize>,
 ) -> candle_core::Result<(CudaStorage, Shape)> {
-    let dev = sm.device().clone();
+    decode_segments_on(unit, sm, sm_l, elements, sm.device())
+}
+
+/// [`decode_segments`] launched on `launch`'s stream (a second stream of the unit's GPU), as
+/// `crate::cuda::packed_kernels::decode_packed_on` (the same rules for the result's buffer).
+pub(crate) fn decode_segments_on(
+    unit: &UnitArgs<'_>,
+    sm: &CudaStorage,
+    sm_l: &Layout,
+    elements: Range<usize>,
+    launch: &CudaDevice,
+) -> candle_core::Result<(CudaStorage, Shape)> {
+    let owner = sm.device().clone();
+    let dev = launch.clone();
+    if dev.cuda_stream().context().cu_ctx() != owner.cuda_stream().context().cu_ctx() {
+        candle_core::bail!("df11: a unit's decode launched on another GPU");
+    }
     if sm_l.start_offset() != 0 || !sm_l.is_contiguous() {
         candle_core::bail!("df11: sign_mantissa must be a whole contiguous buffer");
     }
@@ -194,5 +210,5 @@ pub(crate) fn decode_segments(
         // SAFETY: out holds elements.len() values, written at j - begin for j in elements.
         unsafe { b.launch(cfg) }.w()?;
     }
-    Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from(len)))
+    Ok((CudaStorage::wrap_cuda_slice(out, owner), Shape::from(len)))
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use candle_core::cuda_backend::cudarc::driver::{
     CudaContext, CudaSlice, LaunchArgs, PushKernelArg,
 };
-use candle_core::cuda_backend::WrapErr;
+use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, Layout, Shape};
 use half::bf16;
 
@@ -267,7 +267,25 @@ pub(crate) fn decode_packed(
     sm_l: &Layout,
     elements: Range<usize>,
 ) -> candle_core::Result<(CudaStorage, Shape)> {
-    let dev = sm.device().clone();
+    decode_packed_on(unit, sm, sm_l, elements, sm.device())
+}
+
+/// [`decode_packed`] with the output allocated and the kernel launched on `launch`'s stream (a
+/// second stream of the unit's GPU: decode-ahead), the result still a storage of the unit's
+/// device. Its buffer is freed on `launch`'s stream: whoever drops it orders that stream after
+/// the work that reads it first.
+pub(crate) fn decode_packed_on(
+    unit: &PackedBuffers,
+    sm: &CudaStorage,
+    sm_l: &Layout,
+    elements: Range<usize>,
+    launch: &CudaDevice,
+) -> candle_core::Result<(CudaStorage, Shape)> {
+    let owner = sm.device().clone();
+    let dev = launch.clone();
+    if dev.cuda_stream().context().cu_ctx() != owner.cuda_stream().context().cu_ctx() {
+        candle_core::bail!("df11: a unit's decode launched on another GPU");
+    }
     if sm_l.start_offset() != 0
         || !sm_l.is_contiguous()
         || sm_l.shape().elem_count() != unit.n_elements
@@ -297,5 +315,5 @@ pub(crate) fn decode_packed(
         // packed buffers cover the unit.
         unsafe { b.launch(cfg) }.w()?;
     }
-    Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from(len)))
+    Ok((CudaStorage::wrap_cuda_slice(out, owner), Shape::from(len)))
 }

@@ -78,3 +78,57 @@ pub fn sync_unless_capturing(device: &CudaDevice) -> candle_core::Result<()> {
     }
     stream.synchronize().w()
 }
+
+/// The work queued on one stream up to a point (a recorded event), for another stream to wait
+/// for later than it was recorded (decode-ahead: the compute stream waits only where it first
+/// uses what the side stream decoded).
+pub(crate) struct Marker(sys::CUevent);
+
+// SAFETY: an event handle may be used from any thread; the driver serialises its use.
+unsafe impl Send for Marker {}
+// SAFETY: as above.
+unsafe impl Sync for Marker {}
+
+impl Marker {
+    /// Marks the work queued on `on` so far.
+    pub(crate) fn record(on: Queue<'_>) -> candle_core::Result<Self> {
+        on.0.bind_to_thread().w()?;
+        let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).w()?;
+        // SAFETY: live handles, `on`'s context current.
+        if let Err(e) = unsafe { result::event::record(event, on.1) } {
+            // SAFETY: the event was created above and is not used again.
+            let _ = unsafe { result::event::destroy(event) };
+            return Err(e).w();
+        }
+        Ok(Self(event))
+    }
+
+    /// Makes `waiter` wait (on the GPU) for the marked work.
+    pub(crate) fn wait(&self, waiter: Queue<'_>) -> candle_core::Result<()> {
+        waiter.0.bind_to_thread().w()?;
+        // SAFETY: live handles, `waiter`'s context current; a stream may wait for an event of
+        // any context.
+        unsafe {
+            result::stream::wait_event(
+                waiter.1,
+                self.0,
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        }
+        .w()
+    }
+}
+
+impl Drop for Marker {
+    fn drop(&mut self) {
+        // SAFETY: destroying an event whose record or waits are pending is allowed (its
+        // resources go once it completes); the handle is not used again.
+        let _ = unsafe { result::event::destroy(self.0) };
+    }
+}
+
+/// `device`'s stream as a [`Queue`].
+pub(crate) fn queue(device: &CudaDevice) -> (std::sync::Arc<CudaContext>, sys::CUstream) {
+    let s = device.cuda_stream();
+    (s.context().clone(), s.cu_stream())
+}

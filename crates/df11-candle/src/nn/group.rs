@@ -3,7 +3,8 @@
 //!
 //! On the CPU the decode op runs the block-parallel decoder; on CUDA it launches the kernels
 //! (`crate::nn::decode_ops`). Either way the result is a fresh BF16 tensor that lives only as
-//! long as the caller keeps it: decoded weights are not cached here.
+//! long as the caller keeps it: decoded weights are not cached here, except the members a
+//! decode-ahead decoded on a second stream until their one use (`group/ahead.rs`).
 //!
 //! A unit is resident on its device, or offloaded (`crate::nn::offload`): kept in host
 //! memory and put on the device while staged ([`Df11Group::stage`]). Every operation below first
@@ -25,6 +26,9 @@ use crate::nn::decode_ops::{segment_decode_enabled, SegmentDecodeOp};
 pub(crate) use crate::nn::device_form::Store;
 use crate::nn::device_form::{upload, Held, OnDevice};
 
+#[cfg(feature = "cuda")]
+mod ahead;
+
 /// Whether the unit stays on its device.
 enum Residency {
     Resident(Box<OnDevice>),
@@ -38,6 +42,9 @@ pub struct Df11Group {
     members: Vec<String>,
     device: Device,
     residency: Residency,
+    /// Members decoded ahead on a second stream ([`Df11Group::decode_ahead`]).
+    #[cfg(feature = "cuda")]
+    ahead: std::sync::Mutex<Option<ahead::Ahead>>,
 }
 
 impl std::fmt::Debug for Df11Group {
@@ -157,6 +164,8 @@ impl Df11Group {
             members,
             device: device.clone(),
             residency,
+            #[cfg(feature = "cuda")]
+            ahead: std::sync::Mutex::new(None),
         });
         group.check_loaded()?;
         group.release();
@@ -172,6 +181,15 @@ impl Df11Group {
             self.check_status()?;
         }
         Ok(())
+    }
+
+    /// Drops the members decoded ahead and not taken ([`Df11Group::decode_ahead`]; their memory
+    /// goes back in their stream's order). Nothing to do without CUDA.
+    pub fn clear_ahead(&self) {
+        #[cfg(feature = "cuda")]
+        {
+            *self.ahead.lock().expect("decode-ahead lock") = None;
+        }
     }
 
     /// Whether the unit is kept in host memory and put on its device only while staged.

@@ -171,8 +171,41 @@ impl Module for Df11Linear {
                 }
             }
         }
+        #[cfg(feature = "cuda")]
+        if let Some(y) = self.forward_decoded_ahead(x)? {
+            return Ok(y);
+        }
         let w = self.weight().map_err(candle_core::Error::wrap)?;
         candle_nn::Linear::new(w, self.bias.clone()).forward(x)
+    }
+}
+
+impl Df11Linear {
+    /// The product through the weight decoded ahead on a second stream, if it was
+    /// ([`Df11Group::decode_ahead`]): the same decoded values and the same cuBLAS product as the
+    /// path below, so the same result bit for bit.
+    #[cfg(feature = "cuda")]
+    fn forward_decoded_ahead(&self, x: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        let Weight::Compressed(s) = &self.weight else {
+            return Ok(None);
+        };
+        let Some((flat, side)) = s
+            .group
+            .take_ahead(&s.elements)
+            .map_err(candle_core::Error::wrap)?
+        else {
+            return Ok(None);
+        };
+        let y = {
+            let w = flat.reshape(s.shape)?.to_dtype(self.dtype)?;
+            candle_nn::Linear::new(w, self.bias.clone()).forward(x)?
+        };
+        // `flat`'s buffer is freed on the side stream: after the work queued so far here.
+        if let candle_core::Device::Cuda(own) = x.device() {
+            crate::cuda::streams::wait_for(&side, own)?;
+        }
+        drop(flat);
+        Ok(Some(y))
     }
 }
 

@@ -41,7 +41,16 @@ impl DecoderModel {
                     masks.push((layer.window, mask));
                 }
             }
+            let ahead = self.decode_ahead_stream(&seg.device, ids.dim(0)? * seq)?;
+            if let Some(side) = &ahead {
+                self.decode_layer_ahead(seg.layers.start, side)?;
+            }
             for i in seg.layers.clone() {
+                if let Some(side) = &ahead {
+                    if i + 1 < seg.layers.end {
+                        self.decode_layer_ahead(i + 1, side)?;
+                    }
+                }
                 let ls = &self.spec.layers[i];
                 let (cos, sin) = &tables[ls.rope];
                 let mask = masks
@@ -68,9 +77,57 @@ impl DecoderModel {
                     }),
                 };
                 x = self.with_staging(i, || self.layers[i].forward(&x, &at))?;
+                if ahead.is_some() {
+                    // Members decoded ahead and not taken (a product that took a fused kernel).
+                    self.layers[i].units().iter().for_each(|u| u.clear_ahead());
+                }
             }
         }
         self.head(&to_device(&x, self.placement.last_device())?)
+    }
+
+    /// The second stream of `device`'s GPU that units are decoded ahead on, when
+    /// [`crate::DecodeOptions::decode_ahead`] is set and products of `rows` rows take decode +
+    /// cuBLAS there.
+    #[cfg(feature = "cuda")]
+    fn decode_ahead_stream(
+        &self,
+        device: &candle_core::Device,
+        rows: usize,
+    ) -> Result<Option<candle_core::cuda_backend::CudaDevice>> {
+        if !self.options.decode_ahead
+            || !device.is_cuda()
+            || df11_candle::matmul::use_fused(rows, device)
+        {
+            return Ok(None);
+        }
+        Ok(Some(crate::device::side_stream(device)?))
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn decode_ahead_stream(&self, _: &candle_core::Device, _: usize) -> Result<Option<()>> {
+        Ok(None)
+    }
+
+    /// Decodes layer `layer`'s resident units ahead on `side`.
+    #[cfg(feature = "cuda")]
+    fn decode_layer_ahead(
+        &self,
+        layer: usize,
+        side: &candle_core::cuda_backend::CudaDevice,
+    ) -> Result<()> {
+        for unit in self.layers[layer].units() {
+            if unit.decode_ahead(side)? {
+                self.decoded_ahead
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn decode_layer_ahead(&self, _: usize, _: &()) -> Result<()> {
+        Ok(())
     }
 
     /// Whether prompts' attention runs in place through the flash-decoding kernel

@@ -61,6 +61,12 @@ pub struct DecodeOptions {
     /// `DF11_MATMUL=fused`), which is how compute-sanitizer's initcheck, blind to cuBLAS's
     /// writes on Hopper, checks every kernel of a model (docs/RELIABILITY.md).
     pub flash_prefill: bool,
+    /// Prompts whose products take decode + cuBLAS (more rows than the fused kernels take)
+    /// decode each layer's units on a second stream of its GPU while the previous layer runs
+    /// (`Df11Group::decode_ahead`), instead of each weight just before its product. The same
+    /// values and products, so the same logits; one layer of BF16 weights more in memory
+    /// during prompts. Off by default; on with `DF11_DECODE_AHEAD=1`. (Not yet measured.)
+    pub decode_ahead: bool,
 }
 
 impl Default for DecodeOptions {
@@ -71,6 +77,7 @@ impl Default for DecodeOptions {
             cuda_graph: on("DF11_CUDA_GRAPH"),
             step_kernels: on("DF11_STEP_KERNELS"),
             flash_prefill: std::env::var("DF11_FLASH_PREFILL").is_ok_and(|v| v == "1"),
+            decode_ahead: std::env::var("DF11_DECODE_AHEAD").is_ok_and(|v| v == "1"),
         }
     }
 }
@@ -103,6 +110,8 @@ pub struct DecoderModel {
     offloaded_units: Vec<Vec<std::sync::Arc<df11_candle::Df11Group>>>,
     dtype: DType,
     options: DecodeOptions,
+    /// Units decoded ahead so far ([`DecodeOptions::decode_ahead`]; for tests and reports).
+    decoded_ahead: std::sync::atomic::AtomicUsize,
     /// Captured decode steps by bucket of rows: one graph per segment.
     #[cfg(feature = "cuda")]
     graphs: std::collections::HashMap<usize, Vec<crate::graph::StepGraph>>,
@@ -216,10 +225,18 @@ impl DecoderModel {
             offloaded_units,
             dtype: weights.dtype(),
             options: DecodeOptions::default(),
+            decoded_ahead: Default::default(),
             #[cfg(feature = "cuda")]
             graphs: Default::default(),
             caches: None,
         })
+    }
+
+    /// Units decoded ahead on a second stream since the model was built
+    /// ([`DecodeOptions::decode_ahead`]).
+    pub fn units_decoded_ahead(&self) -> usize {
+        self.decoded_ahead
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Where the layers run.

@@ -170,6 +170,7 @@ pub fn decode_paths_agree(m: &ModelUnderTest) {
                 cuda_graph,
                 step_kernels,
                 flash_prefill: flash,
+                decode_ahead: false,
             };
             model.set_options(options).unwrap();
             step_logits(model, &prompt, &then)
@@ -209,6 +210,55 @@ pub fn decode_paths_agree(m: &ModelUnderTest) {
             "{name}: the prompt through flash-decoding is {flash_err} from f32, the eager pass \
              {eager_err}"
         );
+    }
+}
+
+/// Decoding each layer's units ahead on a second stream ([`DecodeOptions::decode_ahead`]) gives
+/// the logits of decoding each weight at its product, bit for bit, over a prompt long enough
+/// for decode + cuBLAS (the fixture's prompt repeated to at least 40 tokens) and three decode
+/// steps. On CUDA the units must have been decoded ahead (resident, packed form); on the CPU
+/// the option does nothing and both runs take the same path.
+pub fn decode_ahead_is_exact(m: &ModelUnderTest) {
+    let device = test_device();
+    let dtype = if device.is_cuda() {
+        DType::BF16
+    } else {
+        DType::F32
+    };
+    let name = m.fixtures[0];
+    let base = ids(&reference(name)["prompt_ids"]);
+    let prompt: Vec<u32> = base
+        .iter()
+        .cycle()
+        .take(40.max(base.len()))
+        .copied()
+        .collect();
+    let dir = model_dir(name, "df11");
+    let config = ModelConfig::open(&dir).unwrap();
+    let weights = ModelWeights::open(&dir, WeightFormat::Df11, &device, dtype).unwrap();
+    let mut model = (m.build)(&config, &weights, &LoadBar::hidden()).unwrap();
+    let mut run = |ahead: bool| {
+        let options = DecodeOptions {
+            max_context: Some(prompt.len() + 4),
+            decode_ahead: ahead,
+            ..Default::default()
+        };
+        model.set_options(options).unwrap();
+        prompt_and_steps(&mut model, &prompt)
+    };
+    let plain = run(false);
+    let ahead = run(true);
+    for (step, (a, b)) in plain.iter().zip(&ahead).enumerate() {
+        assert!(
+            a == b,
+            "{name}: step {step}: decode-ahead changed the logits"
+        );
+    }
+    let decoded = model.units_decoded_ahead();
+    if device.is_cuda() {
+        assert!(decoded > 0, "{name}: no unit was decoded ahead");
+    } else {
+        assert_eq!(decoded, 0, "{name}: decode-ahead on the CPU");
     }
 }
 

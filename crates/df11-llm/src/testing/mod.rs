@@ -149,6 +149,7 @@ macro_rules! model_tests {
             exact::df11_logits_equal_bf16_logits_bit_for_bit,
             exact::tie_is_read_from_the_config,
             exact::decode_paths_agree,
+            exact::decode_ahead_is_exact,
             exact::engine_batches_equal_single_runs,
             split::split_layers_equal_one_device,
             split::offloaded_layers_equal_resident,
