@@ -43,7 +43,8 @@
 //!
 //! Write your model on [`ModelWeights::linear`] and [`ModelWeights::embedding`] (the workspace's
 //! `models/qwen3-df11` crate does), or build modules from a [`Df11Group`] directly (one unit on
-//! the device; [`Df11Linear::new`] takes a member of it). See `examples/custom_mlp.rs`.
+//! the device; [`Df11Linear::new`] takes a member of it). See the workspace's
+//! `examples/custom_mlp.rs`.
 //!
 //! # Any candle-transformers model: `Df11Backend`
 //!
@@ -51,7 +52,7 @@
 //! model written against `VarBuilder` loads from a DF11 repo unchanged. It decodes each unit once
 //! at load time on the device (the CPU decoder or the CUDA kernel) and hands out its weights;
 //! the model then holds them **decoded** (BF16-sized memory). See the [`backend`] module and
-//! `examples/candle_transformers_qwen3.rs`.
+//! `examples/candle_transformers_qwen3.rs` (the workspace's).
 //!
 //! ```
 //! use candle_core::{DType, Device, Tensor};
