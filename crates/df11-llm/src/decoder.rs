@@ -306,16 +306,7 @@ impl SelfAttention {
                 .transpose(1, 2)?
                 .contiguous()?
                 .reshape((rows * seq, heads, d))?;
-            let out = df11_candle::ops::flash_decode(
-                &q,
-                kv.tensor(),
-                ctx.positions,
-                ctx.slots,
-                self.scale as f32,
-                self.softcap.map(|c| c as f32),
-                ctx.window,
-                ctx.splits,
-            )?;
+            let out = self.attend_in_place(&q, kv, &ctx)?;
             return Ok(self.o_proj.forward(&out.reshape((rows, seq, heads * d))?)?);
         }
         #[cfg(not(feature = "cuda"))]
@@ -346,7 +337,7 @@ impl SelfAttention {
     /// launch, flash-decoding over the row's cached positions, the output projection.
     #[cfg(feature = "cuda")]
     pub fn step(&self, x: &Tensor, ctx: &crate::step::StepCtx<'_>, kv: &KvCache) -> Result<Tensor> {
-        use df11_candle::ops::{flash_decode, qk_norm_rope_kv, HeadNorm};
+        use df11_candle::ops::{qk_norm_rope_kv, HeadNorm};
         let rows = x.dim(0)?;
         let (q, k, v) = self.project_rows(x)?;
         let one_plus = self.norm == crate::spec::NormKind::OnePlusWeight;
@@ -375,8 +366,23 @@ impl SelfAttention {
             kv.tensor(),
             self.heads,
         )?;
-        let out = flash_decode(
-            &q,
+        let out = self.attend_in_place(&q, kv, ctx)?;
+        let out = out.reshape((rows, 1, self.heads * self.head_dim))?;
+        Ok(self.o_proj.forward(&out)?)
+    }
+
+    /// Attention of one query per row of `q` `[rows, heads, head_dim]` over its sequence in the
+    /// cache (`ctx`'s positions and slots), by the flash-decoding kernel: `[rows, heads *
+    /// head_dim]`. The decode step's attention, and a prompt's with `flash_prefill`.
+    #[cfg(feature = "cuda")]
+    fn attend_in_place(
+        &self,
+        q: &Tensor,
+        kv: &KvCache,
+        ctx: &crate::step::StepCtx<'_>,
+    ) -> Result<Tensor> {
+        Ok(df11_candle::ops::flash_decode(
+            q,
             kv.tensor(),
             ctx.positions,
             ctx.slots,
@@ -384,9 +390,7 @@ impl SelfAttention {
             self.softcap.map(|c| c as f32),
             ctx.window,
             ctx.splits,
-        )?;
-        let out = out.reshape((rows, 1, self.heads * self.head_dim))?;
-        Ok(self.o_proj.forward(&out)?)
+        )?)
     }
 
     /// Key/value heads and head size.

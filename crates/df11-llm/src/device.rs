@@ -29,11 +29,17 @@ pub fn open_cuda(ordinal: usize) -> Result<Device> {
     if std::env::var("DF11_CUDA_STREAM").is_ok_and(|v| v == "per-thread") {
         return Ok(Device::new_cuda(ordinal)?);
     }
+    with_own_stream(ordinal)
+}
+
+/// A device object of GPU `ordinal` on a new stream, cudarc's event tracking off.
+fn with_own_stream(ordinal: usize) -> Result<Device> {
     let device = Device::new_cuda_with_stream(ordinal)?;
     #[cfg(feature = "cuda")]
     if let Device::Cuda(dev) = &device {
-        // SAFETY: every op of this device is queued on its one stream (see above), so the
-        // per-buffer events cudarc would record order nothing.
+        // SAFETY: every op of this device is queued on its one stream (see `open_cuda`), and
+        // work between streams is ordered by our own events, so the per-buffer events cudarc
+        // would record order nothing.
         unsafe { dev.cuda_stream().context().disable_event_tracking() };
     }
     Ok(device)
@@ -69,11 +75,7 @@ pub(crate) fn side_stream(device: &Device) -> Result<candle_core::cuda_backend::
     if let Some((_, d)) = sides.iter().find(|(o, _)| *o == ordinal) {
         return Ok(d.as_cuda_device()?.clone());
     }
-    let d = Device::new_cuda_with_stream(ordinal)?;
-    if let Device::Cuda(c) = &d {
-        // SAFETY: as in `open_cuda`: one stream per device object, ordered by our own events.
-        unsafe { c.cuda_stream().context().disable_event_tracking() };
-    }
+    let d = with_own_stream(ordinal)?;
     sides.push((ordinal, d.clone()));
     Ok(d.as_cuda_device()?.clone())
 }

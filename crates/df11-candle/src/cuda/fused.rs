@@ -178,10 +178,8 @@ pub(crate) fn decode_segments_on(
     launch: &CudaDevice,
 ) -> candle_core::Result<(CudaStorage, Shape)> {
     let owner = sm.device().clone();
+    crate::cuda::launch::check_same_gpu(&owner, launch)?;
     let dev = launch.clone();
-    if dev.cuda_stream().context().cu_ctx() != owner.cuda_stream().context().cu_ctx() {
-        candle_core::bail!("df11: a unit's decode launched on another GPU");
-    }
     if sm_l.start_offset() != 0 || !sm_l.is_contiguous() {
         candle_core::bail!("df11: sign_mantissa must be a whole contiguous buffer");
     }

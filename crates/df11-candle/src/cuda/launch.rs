@@ -102,6 +102,15 @@ const CTAS_PER_SM: u32 = 4;
 
 /// The launch of kernel `name` of the `df11_fused` module with `smem` bytes of dynamic shared
 /// memory over `work` CTA-sized pieces (at most one wave of [`CTAS_PER_SM`] CTAs per SM).
+/// Checks that `launch` (the device whose stream a unit's kernel is queued on) is a stream of
+/// `owner`'s GPU, the unit's device: the kernel reads the unit's buffers directly.
+pub(crate) fn check_same_gpu(owner: &CudaDevice, launch: &CudaDevice) -> candle_core::Result<()> {
+    if launch.cuda_stream().context().cu_ctx() != owner.cuda_stream().context().cu_ctx() {
+        candle_core::bail!("df11: a unit's decode launched on another GPU");
+    }
+    Ok(())
+}
+
 pub(crate) fn launch_config(
     dev: &CudaDevice,
     name: &'static str,

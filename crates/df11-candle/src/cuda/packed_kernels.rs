@@ -282,10 +282,8 @@ pub(crate) fn decode_packed_on(
     launch: &CudaDevice,
 ) -> candle_core::Result<(CudaStorage, Shape)> {
     let owner = sm.device().clone();
+    crate::cuda::launch::check_same_gpu(&owner, launch)?;
     let dev = launch.clone();
-    if dev.cuda_stream().context().cu_ctx() != owner.cuda_stream().context().cu_ctx() {
-        candle_core::bail!("df11: a unit's decode launched on another GPU");
-    }
     if sm_l.start_offset() != 0
         || !sm_l.is_contiguous()
         || sm_l.shape().elem_count() != unit.n_elements

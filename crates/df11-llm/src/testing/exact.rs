@@ -6,7 +6,7 @@ use candle_core::DType;
 use df11_candle::{ModelWeights, WeightFormat};
 
 use super::{copy_fixture, text_config, ModelUnderTest};
-use super::{ids, input, input_on, logit_bits, model_dir, reference, test_device};
+use super::{ids, input, input_on, logit_bits, model_dir, open_df11, reference, test_device};
 use crate::{CausalLm, DecodeOptions, DecoderModel, LoadBar, ModelConfig};
 
 /// Logit bits of `prompt` and of three decode steps after it (from an empty cache).
@@ -220,22 +220,14 @@ pub fn decode_paths_agree(m: &ModelUnderTest) {
 /// the option does nothing and both runs take the same path.
 pub fn decode_ahead_is_exact(m: &ModelUnderTest) {
     let device = test_device();
-    let dtype = if device.is_cuda() {
-        DType::BF16
-    } else {
-        DType::F32
-    };
     let name = m.fixtures[0];
-    let base = ids(&reference(name)["prompt_ids"]);
+    let (base, config, weights) = open_df11(name, &device);
     let prompt: Vec<u32> = base
         .iter()
         .cycle()
         .take(40.max(base.len()))
         .copied()
         .collect();
-    let dir = model_dir(name, "df11");
-    let config = ModelConfig::open(&dir).unwrap();
-    let weights = ModelWeights::open(&dir, WeightFormat::Df11, &device, dtype).unwrap();
     let mut model = (m.build)(&config, &weights, &LoadBar::hidden()).unwrap();
     let mut run = |ahead: bool| {
         let options = DecodeOptions {

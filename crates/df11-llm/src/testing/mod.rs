@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
 
-use df11_candle::ModelWeights;
+use df11_candle::{ModelWeights, WeightFormat};
 
 use crate::app::{load, Architecture, LoadOptions, Loaded};
 use crate::config::ModelConfig;
@@ -223,6 +223,21 @@ pub fn input(ids: &[u32]) -> Tensor {
 /// `[1, seq]` u32 ids on `device`.
 pub fn input_on(ids: &[u32], device: &Device) -> Tensor {
     Tensor::new(ids, device).unwrap().unsqueeze(0).unwrap()
+}
+
+/// A fixture's DF11 folder opened on `device` in the compute dtype the tests use there (BF16 on
+/// CUDA, f32 on the CPU): its prompt, config and weights.
+pub fn open_df11(name: &str, device: &Device) -> (Vec<u32>, ModelConfig, ModelWeights) {
+    let dtype = if device.is_cuda() {
+        DType::BF16
+    } else {
+        DType::F32
+    };
+    let prompt = ids(&reference(name)["prompt_ids"]);
+    let dir = model_dir(name, "df11");
+    let config = ModelConfig::open(&dir).unwrap();
+    let weights = ModelWeights::open(&dir, WeightFormat::Df11, device, dtype).unwrap();
+    (prompt, config, weights)
 }
 
 /// The device of the device-level tests: CUDA device 0 when built with the `cuda` feature (the

@@ -7,13 +7,12 @@
 //! suite they are CUDA devices 0 and 1 when the machine has two GPUs (peer copies between them,
 //! a CUDA graph per segment), else two devices on GPU 0, and the test says which.
 
-use candle_core::{DType, Device};
-use df11_candle::{ModelWeights, WeightFormat};
+use candle_core::Device;
 
-use super::{ids, input_on, logit_bits, model_dir, reference, test_device, ModelUnderTest};
+use super::{input_on, logit_bits, open_df11, test_device, ModelUnderTest};
 use crate::engine::Engine;
 use crate::placement::{DeviceMap, LayerSplit, Offload, Placement, Segment};
-use crate::{CausalLm, DecodeOptions, DecoderModel, LoadBar, ModelConfig};
+use crate::{CausalLm, DecodeOptions, DecoderModel, LoadBar};
 
 /// The devices a split runs on here, and a line saying which.
 fn split_devices() -> (Vec<Device>, String) {
@@ -49,21 +48,6 @@ fn prompt_and_steps(model: &mut DecoderModel, prompt: &[u32], steps: usize) -> V
         out.push(logit_bits(&logits));
     }
     out
-}
-
-/// A fixture's DF11 folder opened on `device` in the compute dtype the tests use there (BF16 on
-/// CUDA, f32 on the CPU): its prompt, config and weights.
-fn open_df11(name: &str, device: &Device) -> (Vec<u32>, ModelConfig, ModelWeights) {
-    let dtype = if device.is_cuda() {
-        DType::BF16
-    } else {
-        DType::F32
-    };
-    let prompt = ids(&reference(name)["prompt_ids"]);
-    let dir = model_dir(name, "df11");
-    let config = ModelConfig::open(&dir).unwrap();
-    let weights = ModelWeights::open(&dir, WeightFormat::Df11, device, dtype).unwrap();
-    (prompt, config, weights)
 }
 
 fn argmax(logits: &candle_core::Tensor) -> u32 {
