@@ -214,7 +214,7 @@ pub fn decode_paths_agree(m: &ModelUnderTest) {
 }
 
 /// Decoding each layer's units ahead on a second stream ([`DecodeOptions::decode_ahead`]) gives
-/// the logits of decoding each weight at its product, bit for bit, over a prompt long enough
+/// the logits of decoding each weight at its product and of the BF16 original, bit for bit, over a prompt long enough
 /// for decode + cuBLAS (the fixture's prompt repeated to at least 40 tokens) and three decode
 /// steps. On CUDA the units must have been decoded ahead (resident, packed form); on the CPU
 /// the option does nothing and both runs take the same path.
@@ -246,6 +246,21 @@ pub fn decode_ahead_is_exact(m: &ModelUnderTest) {
             "{name}: step {step}: decode-ahead changed the logits"
         );
     }
+    // And the BF16 original, run the same way, gives those logits too.
+    let dir = model_dir(name, "bf16");
+    let bf16 = ModelWeights::open(&dir, WeightFormat::Dense, &device, weights.dtype()).unwrap();
+    let mut original =
+        (m.build)(&ModelConfig::open(&dir).unwrap(), &bf16, &LoadBar::hidden()).unwrap();
+    original
+        .set_options(DecodeOptions {
+            max_context: Some(prompt.len() + 4),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(
+        prompt_and_steps(&mut original, &prompt) == ahead,
+        "{name}: DF11 with decode-ahead != the BF16 original"
+    );
     let decoded = model.units_decoded_ahead();
     if device.is_cuda() {
         assert!(decoded > 0, "{name}: no unit was decoded ahead");
