@@ -52,7 +52,7 @@ if [ -z "${E2E_OFFICIAL_ONLY:-}" ]; then
       esac
     done
   done
-  # E2E_NO_EXTRA=1 skips the no-graph, CPU-pack, decode-ahead and flash-prefill rows.
+  # E2E_NO_EXTRA=1 skips the no-graph, CPU-pack, decode-ahead and prompt-attention rows.
   if [ -z "${E2E_NO_EXTRA:-}" ]; then
     bench "df11 b1 ctx512 no-graph" --model-dir "$WORK/df11" --no-cuda-graph
     # The packed form built on the CPU at load (DF11_GPU_PACK=0; the default builds it on the
@@ -61,9 +61,13 @@ if [ -z "${E2E_OFFICIAL_ONLY:-}" ]; then
     # The prompt's units decoded a layer ahead on a second stream (DecodeOptions::decode_ahead):
     # its prefill tok/s against the first row's, and the same tokens.
     DF11_DECODE_AHEAD=1 bench "df11 b1 ctx512 decode-ahead" --model-dir "$WORK/df11"
-    # The prompt's attention through the flash-decoding kernel (DecodeOptions::flash_prefill):
-    # prefill tok/s (not the same tokens necessarily: another summation order).
-    DF11_FLASH_PREFILL=1 bench "df11 b1 ctx512 flash-prefill" --model-dir "$WORK/df11"
+    # The prompt's attention the other ways (DecodeOptions::prompt_attention; the default is
+    # the flash kernel): candle's matmul attention for DF11 and BF16 (the path before session
+    # 9), and the flash-decoding kernel. Prefill tok/s; the tokens may differ from the default
+    # rows' (another summation order), DF11 == BF16 within each setting.
+    DF11_PROMPT_ATTENTION=matmul bench "df11 b1 ctx512 matmul-prompt" --model-dir "$WORK/df11"
+    DF11_PROMPT_ATTENTION=matmul bench "bf16 b1 ctx512 matmul-prompt" --model-dir "$WORK/bf16" --bf16
+    DF11_PROMPT_ATTENTION=flash-decoding bench "df11 b1 ctx512 flash-decoding-prompt" --model-dir "$WORK/df11"
   fi
   if [ -z "${E2E_QUICK:-}${E2E_NO_LONG:-}" ]; then
     for fmt in df11 bf16; do

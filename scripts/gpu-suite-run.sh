@@ -125,8 +125,10 @@ if command -v compute-sanitizer > /dev/null; then
       # in which it checks every kernel of a forward pass (docs/RELIABILITY.md).
       if [ -z "${SANITIZE_TARGETS:-}" ]; then
         for m in qwen3 gemma3; do
-          SANITIZE_ENV="DF11_MATMUL=fused DF11_FLASH_PREFILL=1" \
-            sanitize "$tool" "model@models/$m-df11" "df11_logits_equal_bf16 split_layers"
+          for attention in flash flash-decoding; do
+            SANITIZE_ENV="DF11_MATMUL=fused DF11_PROMPT_ATTENTION=$attention" \
+              sanitize "$tool" "model@models/$m-df11" "df11_logits_equal_bf16 split_layers"
+          done
         done
       fi
     done
@@ -159,11 +161,14 @@ if [ -z "${ONLY_SANITIZE:-}" ]; then
   variant_run cpu-pack DF11_GPU_PACK=0 modules_exact
   variant_run cpu-pack DF11_GPU_PACK=0 device_stress
   variant_run cpu-pack DF11_GPU_PACK=0 model@models/qwen3-df11 "df11_logits_equal_bf16 decode_paths_agree"
-  # Prompts through the flash-decoding kernel (DecodeOptions::flash_prefill): DF11 == BF16,
+  # Prompts' attention the other ways than the default flash kernel (DecodeOptions::
+  # prompt_attention): candle's matmul attention and the flash-decoding kernel. DF11 == BF16,
   # the split, on a model with q/k norms (qwen3) and one with sliding windows and soft scaling
   # (gemma3).
   for m in qwen3 gemma3; do
-    variant_run flash-prefill DF11_FLASH_PREFILL=1 "model@models/$m-df11" "df11_logits_equal_bf16 split_layers"
+    for attention in matmul flash-decoding; do
+      variant_run "prompt-$attention" DF11_PROMPT_ATTENTION=$attention "model@models/$m-df11" "df11_logits_equal_bf16 split_layers"
+    done
   done
   # Prompts' units decoded a layer ahead on a second stream (DecodeOptions::decode_ahead):
   # DF11 == BF16 and the split with it on, where their prompts are long enough for decode +

@@ -32,6 +32,7 @@ fn main() {
     compile(&nvcc, &cap, &kernels, &out, "df11_tc");
     compile(&nvcc, &cap, &kernels, &out, "llm_ops");
     compile(&nvcc, &cap, &kernels, &out, "decode_step");
+    compile(&nvcc, &cap, &kernels, &out, "prefill_attention");
     for header in ["df11_packed.cuh", "llm_common.cuh"] {
         println!("cargo:rerun-if-changed={}", kernels.join(header).display());
     }

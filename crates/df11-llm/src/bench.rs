@@ -147,14 +147,21 @@ pub fn measure(
 ) -> Result<BenchResult> {
     let b = opts.batch.max(1);
     let prompt = random_ids(b * opts.prompt_tokens, vocab, opts.seed);
-    // Warm-up (kernels loaded, allocator primed), then the timed prefill.
-    let warm_len = 16.min(opts.prompt_tokens);
-    let warm = Tensor::new(&prompt[..b * warm_len], &opts.device)?.reshape((b, warm_len))?;
+    // Warm-up (kernels and libraries loaded, allocator primed), then the timed prefill. The
+    // warm-up runs a piece as long as the timed ones: which kernels a product or an attention
+    // takes depends on the rows (up to 16 rows no cuBLAS call at all on CUDA), and the first
+    // cuBLAS call of a process loads its kernels (~0.1 s on an H100), which a shorter warm-up
+    // left inside the timed prefill.
+    let chunk = opts.prefill_chunk.unwrap_or(opts.prompt_tokens).max(1);
+    let warm_len = chunk.min(opts.prompt_tokens);
+    let warm = Tensor::new(&prompt[..b * opts.prompt_tokens], &opts.device)?
+        .reshape((b, opts.prompt_tokens))?
+        .narrow(1, 0, warm_len)?
+        .contiguous()?;
     forward(&warm, 0)?;
     opts.device.synchronize()?;
     let ids = Tensor::new(prompt.as_slice(), &opts.device)?.reshape((b, opts.prompt_tokens))?;
     let t = Instant::now();
-    let chunk = opts.prefill_chunk.unwrap_or(opts.prompt_tokens).max(1);
     let mut logits = None;
     for start in (0..opts.prompt_tokens).step_by(chunk) {
         let len = chunk.min(opts.prompt_tokens - start);

@@ -46,10 +46,14 @@ pub struct EagerAt<'a> {
     pub first_slot: usize,
     /// Position of the first token.
     pub start: usize,
-    /// Attention through the flash-decoding kernel over the cache, one query per row of
-    /// `positions`/`slots` (every token of every sequence; CUDA, BF16), instead of candle's
-    /// matmul attention with `mask`. See [`crate::DecodeOptions::flash_prefill`].
+    /// Attention in place over the cache (CUDA, BF16), one query per row of
+    /// `positions`/`slots` (every token of every sequence), instead of candle's matmul
+    /// attention with `mask`: q/k norm + RoPE + cache write in one launch, then `flash`'s
+    /// kernel. See [`crate::DecodeOptions::prompt_attention`].
     pub in_place: Option<crate::step::StepCtx<'a>>,
+    /// With `in_place`: the causal flash-attention kernel (else flash-decoding, one query at a
+    /// time).
+    pub flash: bool,
 }
 
 /// Gemma's extra norms around the MLP.
@@ -288,7 +292,36 @@ impl SelfAttention {
             first_slot,
             start,
             in_place,
+            flash,
         } = *at;
+        #[cfg(feature = "cuda")]
+        if let Some(ctx) = in_place {
+            let (rows, seq, _) = x.dims3()?;
+            // [rows * seq, heads, d]: one query per token, each over its own prefix.
+            let q = self.queries_in_place(x, &ctx, kv)?;
+            let out = if flash {
+                let prompt = df11_candle::ops::PromptAt {
+                    rows,
+                    seq,
+                    first_slot,
+                    start,
+                };
+                df11_candle::ops::prefill_attention(
+                    &q,
+                    kv.tensor(),
+                    prompt,
+                    self.scale as f32,
+                    self.softcap.map(|c| c as f32),
+                    ctx.window,
+                )?
+            } else {
+                self.attend_in_place(&q, kv, &ctx)?
+            };
+            let width = self.heads * self.head_dim;
+            return Ok(self.o_proj.forward(&out.reshape((rows, seq, width))?)?);
+        }
+        #[cfg(not(feature = "cuda"))]
+        let _ = (in_place, flash);
         let (q, k, v) = self.project(x)?;
         let (q, k) = match &self.qk_norm {
             Some((qn, kn)) => (qn.forward(&q)?, kn.forward(&k)?),
@@ -298,19 +331,7 @@ impl SelfAttention {
         let q = apply_rope(&q, cos, sin)?;
         let k = apply_rope(&k, cos, sin)?;
         kv.write(first_slot, start, &k, &v)?;
-        let (rows, heads, seq, d) = q.dims4()?;
-        #[cfg(feature = "cuda")]
-        if let Some(ctx) = in_place {
-            // [rows * seq, heads, d]: one query per token, each over its own prefix.
-            let q = q
-                .transpose(1, 2)?
-                .contiguous()?
-                .reshape((rows * seq, heads, d))?;
-            let out = self.attend_in_place(&q, kv, &ctx)?;
-            return Ok(self.o_proj.forward(&out.reshape((rows, seq, heads * d))?)?);
-        }
-        #[cfg(not(feature = "cuda"))]
-        let _ = (in_place, heads, d);
+        let (rows, _, seq, _) = q.dims4()?;
         let (k, v) = kv.read(first_slot, rows, start + seq)?;
         let out = match self.softcap {
             None => attention(&q, &k, &v, self.scale, mask)?,
@@ -337,8 +358,24 @@ impl SelfAttention {
     /// launch, flash-decoding over the row's cached positions, the output projection.
     #[cfg(feature = "cuda")]
     pub fn step(&self, x: &Tensor, ctx: &crate::step::StepCtx<'_>, kv: &KvCache) -> Result<Tensor> {
-        use df11_candle::ops::{qk_norm_rope_kv, HeadNorm};
         let rows = x.dim(0)?;
+        let q = self.queries_in_place(x, ctx, kv)?;
+        let out = self.attend_in_place(&q, kv, ctx)?;
+        let out = out.reshape((rows, 1, self.heads * self.head_dim))?;
+        Ok(self.o_proj.forward(&out)?)
+    }
+
+    /// The queries of `x` (`[rows, seq, hidden]`, one token per row of `ctx`'s positions and
+    /// slots) as `[rows * seq, heads, head_dim]`, normed and rotated, with the keys and values
+    /// written into the cache: the projections, then one launch.
+    #[cfg(feature = "cuda")]
+    fn queries_in_place(
+        &self,
+        x: &Tensor,
+        ctx: &crate::step::StepCtx<'_>,
+        kv: &KvCache,
+    ) -> Result<Tensor> {
+        use df11_candle::ops::{qk_norm_rope_kv, HeadNorm};
         let (q, k, v) = self.project_rows(x)?;
         let one_plus = self.norm == crate::spec::NormKind::OnePlusWeight;
         let norms = self.head_norms_f32.as_ref().map(|(qw, kw)| {
@@ -353,7 +390,7 @@ impl SelfAttention {
                 },
             )
         });
-        let q = qk_norm_rope_kv(
+        Ok(qk_norm_rope_kv(
             &q,
             &k,
             &v,
@@ -365,15 +402,13 @@ impl SelfAttention {
             ctx.slots,
             kv.tensor(),
             self.heads,
-        )?;
-        let out = self.attend_in_place(&q, kv, ctx)?;
-        let out = out.reshape((rows, 1, self.heads * self.head_dim))?;
-        Ok(self.o_proj.forward(&out)?)
+        )?)
     }
 
     /// Attention of one query per row of `q` `[rows, heads, head_dim]` over its sequence in the
     /// cache (`ctx`'s positions and slots), by the flash-decoding kernel: `[rows, heads *
-    /// head_dim]`. The decode step's attention, and a prompt's with `flash_prefill`.
+    /// head_dim]`. The decode step's attention, and a prompt's with
+    /// [`crate::PromptAttention::FlashDecoding`].
     #[cfg(feature = "cuda")]
     fn attend_in_place(
         &self,

@@ -60,7 +60,7 @@ pub use error::{LlmError, Result};
 pub use generate::{generate, CausalLm, Generation, GenerationParams};
 pub use kv_cache::KvCache;
 pub use memory::PeakMemory;
-pub use model::{DecodeOptions, DecoderModel, DEFAULT_MAX_CONTEXT};
+pub use model::{DecodeOptions, DecoderModel, PromptAttention, DEFAULT_MAX_CONTEXT};
 pub use norm::RmsNorm;
 pub use placement::{parse_size, DeviceMap, LayerSplit, ModelSizes, Offload, Placement, Segment};
 pub use progress::LoadBar;

@@ -21,7 +21,7 @@ const MODULE: &str = "decode_step";
 const FD_THREADS: usize = 128;
 
 /// The CUDA storage of a storage guard, or an error naming `what`.
-fn cuda<'a>(s: &'a Storage, what: &str) -> candle_core::Result<&'a CudaStorage> {
+pub(super) fn cuda<'a>(s: &'a Storage, what: &str) -> candle_core::Result<&'a CudaStorage> {
     match s {
         Storage::Cuda(c) => Ok(c),
         _ => candle_core::bail!("decode step: {what} is not on a CUDA device"),
@@ -29,7 +29,7 @@ fn cuda<'a>(s: &'a Storage, what: &str) -> candle_core::Result<&'a CudaStorage> 
 }
 
 /// A BF16 view of `s` from the layout's start (elements must be laid out as the caller says).
-fn bf16_from<'a>(
+pub(super) fn bf16_from<'a>(
     s: &'a CudaStorage,
     l: &Layout,
     what: &str,
@@ -57,7 +57,7 @@ fn u32_view<'a>(
 }
 
 /// A tensor over a fresh device buffer.
-fn wrap<T: candle_core::cuda_backend::CudaDType>(
+pub(super) fn wrap<T: candle_core::cuda_backend::CudaDType>(
     slice: CudaSlice<T>,
     dev: &CudaDevice,
     shape: &[usize],
@@ -66,25 +66,33 @@ fn wrap<T: candle_core::cuda_backend::CudaDType>(
     Tensor::from_storage(storage, shape, BackpropOp::none(), false)
 }
 
-/// `[rows, width]` rows of `t` (shape `[rows, width]` or `[rows, 1, width]`, last dimension
-/// contiguous): the row stride in elements.
+/// `[rows, width]` rows of `t` (shape `[rows, width]`, or `[a, b, width]` with `a * b == rows`
+/// whose rows are evenly spaced, e.g. `[rows, 1, width]` or a prompt's `[batch, seq, width]`;
+/// last dimension contiguous): the row stride in elements.
 fn row_stride(t: &Tensor, rows: usize, width: usize, what: &str) -> candle_core::Result<usize> {
     let dims = t.dims();
-    let ok = match dims {
-        [r, w] => *r == rows && *w == width,
-        [r, 1, w] => *r == rows && *w == width,
+    let strides = t.stride();
+    let ok = match (dims, strides) {
+        ([r, w], _) => *r == rows && *w == width,
+        ([a, b, w], [sa, sb, _]) => {
+            a * b == rows && *w == width && (*a == 1 || *b == 1 || *sa == b * sb)
+        }
         _ => false,
     };
-    let strides = t.stride();
     if !ok || strides.last() != Some(&1) {
         candle_core::bail!("decode step: {what} is {dims:?}, expected [{rows}, {width}] rows");
     }
-    Ok(strides[0])
+    // The stride between consecutive rows: of the outer dimension when the inner one is 1.
+    Ok(match (dims, strides) {
+        ([_, 1, _], [sa, _, _]) => *sa,
+        ([_, _, _], [_, sb, _]) => *sb,
+        _ => strides[0],
+    })
 }
 
 /// The KV cache of one layer: `[2, slots, kv_heads, cap, head_dim]` BF16, contiguous. Returns
 /// `(slots, cap)`.
-fn cache_dims(
+pub(super) fn cache_dims(
     kv: &Tensor,
     kv_heads: usize,
     head_dim: usize,

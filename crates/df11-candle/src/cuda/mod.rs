@@ -20,6 +20,8 @@
 //! - `decode_step`: the graph-capturable decode step's kernels: q/k norm + RoPE + KV write,
 //!   flash-decoding attention over the cache in place, residual add + RMSNorm
 //!   (`decode_step.cu`);
+//! - `prefill_attention`: a prompt's causal attention over the cache in place, flash-attention
+//!   style (`prefill_attention.cu`);
 //! - `gpu_pack`: the packed form built on the GPU at load from the stream (`df11_pack.cu`);
 //! - `upload`: host arrays to the device, at once or on a copy stream (offloaded units);
 //! - [`streams`]: one stream waiting for another's work (copy stream, another GPU);
@@ -47,6 +49,8 @@ pub(crate) mod launch;
 pub mod llm_ops;
 #[cfg(feature = "cuda")]
 pub(crate) mod packed_kernels;
+#[cfg(feature = "cuda")]
+pub mod prefill_attention;
 #[cfg(feature = "cuda")]
 pub mod streams;
 #[cfg(feature = "cuda")]

@@ -7,6 +7,7 @@ use super::DecoderModel;
 use crate::attention::decoder_mask;
 use crate::decoder::EagerAt;
 use crate::error::Result;
+use crate::model::PromptAttention;
 use crate::step::StepCtx;
 use crate::transfer::{hand_over, to_device};
 
@@ -22,6 +23,7 @@ impl DecoderModel {
         let caches = self.caches.as_ref().expect("caches are allocated first");
         let seq = ids.dim(1)?;
         let mut x = self.embed(&to_device(ids, self.placement.first_device())?)?;
+        let attention = self.prompt_attention();
         for (s, seg) in self.placement.segments().iter().enumerate() {
             if seg.layers.is_empty() {
                 continue;
@@ -64,6 +66,7 @@ impl DecoderModel {
                     kv: &caches.kv[i],
                     first_slot,
                     start,
+                    flash: attention == PromptAttention::Flash,
                     in_place: in_place.as_ref().map(|(positions, slots, splits)| {
                         let (cos, sin) = &caches.tables[s][ls.rope];
                         StepCtx {
@@ -130,17 +133,38 @@ impl DecoderModel {
         Ok(())
     }
 
-    /// Whether prompts' attention runs in place through the flash-decoding kernel
-    /// ([`crate::DecodeOptions::flash_prefill`] set, and the step kernels apply: CUDA, BF16,
-    /// head sizes they take).
-    pub fn prompt_attention_in_place(&self) -> bool {
+    /// How prompts' attention runs on this model as placed and set
+    /// ([`crate::DecodeOptions::prompt_attention`] where the step kernels apply and, for
+    /// [`PromptAttention::Flash`], the kernel takes the head size and the GPUs have tensor
+    /// cores; else [`PromptAttention::Matmul`]).
+    pub fn prompt_attention(&self) -> PromptAttention {
         #[cfg(feature = "cuda")]
-        return self.options.flash_prefill && self.step_kernels_apply();
-        #[cfg(not(feature = "cuda"))]
-        false
+        if self.step_kernels_apply() {
+            let d = self.spec.decoder.head_dim;
+            return match self.options.prompt_attention {
+                PromptAttention::Flash
+                    if self
+                        .placement
+                        .segments()
+                        .iter()
+                        .all(|s| df11_candle::ops::prefill_attention_runs(&s.device, d)) =>
+                {
+                    PromptAttention::Flash
+                }
+                PromptAttention::FlashDecoding => PromptAttention::FlashDecoding,
+                _ => PromptAttention::Matmul,
+            };
+        }
+        PromptAttention::Matmul
     }
 
-    /// With [`crate::DecodeOptions::flash_prefill`] where the step kernels run: one query per
+    /// Whether prompts' attention runs in place over the cache (not candle's matmul attention;
+    /// see [`DecoderModel::prompt_attention`]).
+    pub fn prompt_attention_in_place(&self) -> bool {
+        self.prompt_attention() != PromptAttention::Matmul
+    }
+
+    /// With prompt attention in place ([`DecoderModel::prompt_attention_in_place`]): one query per
     /// token of `rows` sequences of `seq` tokens (row `r` in slot `first_slot + r`, positions
     /// `start..start + seq`) as `[rows * seq]` u32 positions and slots on `device`, and the
     /// attention splits for that many queries.

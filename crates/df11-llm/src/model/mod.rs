@@ -53,14 +53,11 @@ pub struct DecodeOptions {
     /// Run decode steps through the step kernels (CUDA, BF16); off, they run the eager pass.
     /// Off with `DF11_STEP_KERNELS=0`.
     pub step_kernels: bool,
-    /// Prompt attention through the decode step's flash-decoding kernel, one query per prompt
-    /// token over the cache (where the step kernels run), instead of candle's matmul attention
-    /// (cuBLAS products, a mask and a softmax). Off by default; on with `DF11_FLASH_PREFILL=1`.
-    /// The kernel reads each query's prefix from the cache once per query, so long prompts
-    /// are slower than the matmul path; it keeps cuBLAS out of the whole forward pass (with
-    /// `DF11_MATMUL=fused`), which is how compute-sanitizer's initcheck, blind to cuBLAS's
-    /// writes on Hopper, checks every kernel of a model (docs/RELIABILITY.md).
-    pub flash_prefill: bool,
+    /// How prompts' attention runs where the step kernels run (CUDA, BF16); elsewhere, and for
+    /// head sizes the kernel does not take, candle's matmul attention. Default
+    /// [`PromptAttention::Flash`]; `DF11_PROMPT_ATTENTION=matmul|flash-decoding|flash` (or
+    /// `DF11_FLASH_PREFILL=1`: flash-decoding) sets it.
+    pub prompt_attention: PromptAttention,
     /// Prompts whose products take decode + cuBLAS (more rows than the fused kernels take)
     /// decode each layer's units on a second stream of its GPU while the previous layer runs
     /// (`Df11Group::decode_ahead`), instead of each weight just before its product. The same
@@ -76,8 +73,40 @@ impl Default for DecodeOptions {
             max_context: None,
             cuda_graph: on("DF11_CUDA_GRAPH"),
             step_kernels: on("DF11_STEP_KERNELS"),
-            flash_prefill: std::env::var("DF11_FLASH_PREFILL").is_ok_and(|v| v == "1"),
+            prompt_attention: PromptAttention::from_env(),
             decode_ahead: std::env::var("DF11_DECODE_AHEAD").is_ok_and(|v| v == "1"),
+        }
+    }
+}
+
+/// How a prompt's attention runs on CUDA in BF16 (see [`DecodeOptions::prompt_attention`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptAttention {
+    /// candle's ops: scores by cuBLAS, an additive mask, softmax in f32, values by cuBLAS
+    /// (what the CPU runs; the reference the others are tested against).
+    Matmul,
+    /// The decode step's flash-decoding kernel, one query per prompt token over the cache. It
+    /// reads each query's prefix once per query, so long prompts are slow; with
+    /// `DF11_MATMUL=fused` no cuBLAS product runs anywhere in the forward pass, which is how
+    /// compute-sanitizer's initcheck (blind to cuBLAS's writes on Hopper) checks every kernel
+    /// of a model (docs/RELIABILITY.md).
+    FlashDecoding,
+    /// The causal flash-attention kernel over the cache (`df11_candle::ops::prefill_attention`:
+    /// tensor cores, online softmax, the query heads of a kv head sharing its tiles), with q/k
+    /// norm + RoPE + cache write in one launch before it.
+    Flash,
+}
+
+impl PromptAttention {
+    /// `DF11_PROMPT_ATTENTION` (`matmul`, `flash-decoding`, `flash`), else `flash-decoding` when
+    /// `DF11_FLASH_PREFILL=1`, else [`PromptAttention::Flash`].
+    pub fn from_env() -> Self {
+        match std::env::var("DF11_PROMPT_ATTENTION").as_deref() {
+            Ok("matmul") => Self::Matmul,
+            Ok("flash-decoding") => Self::FlashDecoding,
+            Ok("flash") => Self::Flash,
+            _ if std::env::var("DF11_FLASH_PREFILL").is_ok_and(|v| v == "1") => Self::FlashDecoding,
+            _ => Self::Flash,
         }
     }
 }

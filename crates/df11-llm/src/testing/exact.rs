@@ -7,7 +7,7 @@ use df11_candle::{ModelWeights, WeightFormat};
 
 use super::{copy_fixture, text_config, ModelUnderTest};
 use super::{ids, input, input_on, logit_bits, model_dir, open_df11, reference, test_device};
-use crate::{CausalLm, DecodeOptions, DecoderModel, LoadBar, ModelConfig};
+use crate::{CausalLm, DecodeOptions, DecoderModel, LoadBar, ModelConfig, PromptAttention};
 
 /// Logit bits of `prompt` and of three decode steps after it (from an empty cache).
 fn prompt_and_steps<M: CausalLm>(model: &mut M, prompt: &[u32]) -> Vec<Vec<u32>> {
@@ -142,8 +142,9 @@ fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
 }
 
 /// The ways a decode step can run agree: a captured CUDA graph and separate launches bit for
-/// bit; the step kernels (BF16), and the prompt's attention through the flash-decoding kernel
-/// ([`DecodeOptions::flash_prefill`]), no further from the f32 eager pass than the BF16 eager
+/// bit; the step kernels (BF16), and the prompt's attention in place (the flash-attention and
+/// the flash-decoding kernels, [`DecodeOptions::prompt_attention`]), no further from the f32
+/// eager pass than the BF16 eager
 /// pass is (at most 2x its largest difference, + 1e-3), over the prompt and 8 decode steps fed
 /// the reference's greedy tokens. On the CPU every way is the eager pass. DF11 weights, on
 /// [`test_device`].
@@ -164,30 +165,42 @@ pub fn decode_paths_agree(m: &ModelUnderTest) {
             let weights = ModelWeights::open(&dir, WeightFormat::Df11, &device, dtype).unwrap();
             (m.build)(&config, &weights, &LoadBar::hidden()).unwrap()
         };
-        let run = |model: &mut DecoderModel, cuda_graph: bool, step_kernels: bool, flash: bool| {
+        let run = |model: &mut DecoderModel,
+                   cuda_graph: bool,
+                   step_kernels: bool,
+                   prompt_attention: PromptAttention| {
             let options = DecodeOptions {
                 max_context: Some(prompt.len() + then.len() + 1),
                 cuda_graph,
                 step_kernels,
-                flash_prefill: flash,
+                prompt_attention,
                 decode_ahead: false,
             };
             model.set_options(options).unwrap();
             step_logits(model, &prompt, &then)
         };
         let mut model = open(dtype);
-        let graph = run(&mut model, true, true, false);
-        let launches = run(&mut model, false, true, false);
-        let eager = run(&mut model, false, false, false);
-        let flash_prompt = run(&mut model, true, true, true);
+        use PromptAttention::{Flash, FlashDecoding, Matmul};
+        let graph = run(&mut model, true, true, Matmul);
+        let launches = run(&mut model, false, true, Matmul);
+        let eager = run(&mut model, false, false, Matmul);
+        let flash_decoding = run(&mut model, true, true, FlashDecoding);
         // The option must take the in-place path wherever the step kernels run (CUDA, BF16).
+        let expect = if device.is_cuda() {
+            FlashDecoding
+        } else {
+            Matmul
+        };
         assert_eq!(
-            model.prompt_attention_in_place(),
-            device.is_cuda(),
-            "{name}: flash_prefill set, in place: {}",
-            model.prompt_attention_in_place()
+            model.prompt_attention(),
+            expect,
+            "{name}: flash-decoding set"
         );
-        let exact = run(&mut open(DType::F32), false, false, false);
+        let flash = run(&mut model, true, true, Flash);
+        // The flash kernel takes every fixture's head size on the GPUs the suite runs on.
+        let expect = if device.is_cuda() { Flash } else { Matmul };
+        assert_eq!(model.prompt_attention(), expect, "{name}: flash set");
+        let exact = run(&mut open(DType::F32), false, false, Matmul);
         for (step, (a, b)) in graph.iter().zip(&launches).enumerate() {
             let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(
@@ -196,19 +209,25 @@ pub fn decode_paths_agree(m: &ModelUnderTest) {
             );
         }
         let (kernels_err, eager_err) = (max_diff(&graph, &exact), max_diff(&eager, &exact));
-        let flash_err = max_diff(&flash_prompt, &exact);
+        let flash_decoding_err = max_diff(&flash_decoding, &exact);
+        let flash_err = max_diff(&flash, &exact);
         eprintln!(
             "{name}: vs f32: step kernels {kernels_err:e}, eager {eager_err:e}, \
-             flash-decoding prompt {flash_err:e}"
+             flash-decoding prompt {flash_decoding_err:e}, flash prompt {flash_err:e}"
         );
         assert!(
             kernels_err <= 2.0 * eager_err + 1e-3,
             "{name}: the step kernels are {kernels_err} from f32, the eager pass {eager_err}"
         );
         assert!(
+            flash_decoding_err <= 2.0 * eager_err + 1e-3,
+            "{name}: the prompt through flash-decoding is {flash_decoding_err} from f32, the \
+             eager pass {eager_err}"
+        );
+        assert!(
             flash_err <= 2.0 * eager_err + 1e-3,
-            "{name}: the prompt through flash-decoding is {flash_err} from f32, the eager pass \
-             {eager_err}"
+            "{name}: the prompt through the flash kernel is {flash_err} from f32, the eager \
+             pass {eager_err}"
         );
     }
 }
