@@ -150,7 +150,7 @@ pub fn measure(
     // Warm-up (kernels and libraries loaded, allocator primed), then the timed prefill. The
     // warm-up runs a piece as long as the timed ones: which kernels a product or an attention
     // takes depends on the rows (up to 16 rows no cuBLAS call at all on CUDA), and the first
-    // cuBLAS call of a process loads its kernels (~0.1 s on an H100), which a shorter warm-up
+    // cuBLAS call of a process loads its kernels (~0.08 s on an H100), which a shorter warm-up
     // left inside the timed prefill.
     let chunk = opts.prefill_chunk.unwrap_or(opts.prompt_tokens).max(1);
     let warm_len = chunk.min(opts.prompt_tokens);
@@ -158,7 +158,9 @@ pub fn measure(
         .reshape((b, opts.prompt_tokens))?
         .narrow(1, 0, warm_len)?
         .contiguous()?;
-    forward(&warm, 0)?;
+    // The warm-up's token is sampled too: the timed prefill ends with that kernel's first use
+    // otherwise (a module's first launch in a process may JIT-compile it).
+    argmax(&forward(&warm, 0)?)?;
     opts.device.synchronize()?;
     let ids = Tensor::new(prompt.as_slice(), &opts.device)?.reshape((b, opts.prompt_tokens))?;
     let t = Instant::now();
