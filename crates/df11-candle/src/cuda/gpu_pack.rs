@@ -1,8 +1,9 @@
 //! The packed form built on the GPU at load (`kernels/df11_pack.cu`), with no decode on the
 //! CPU: the unit's Huffman stream is decoded by the block kernel (`df11_decode`, which checks
 //! every code, every window gap and every block end against the metadata the host validated,
-//! and reports through its status word: a corrupt stream is refused here as the CPU walk refuses
-//! it), then per member an exponent histogram, the code tables (chosen on the host by
+//! and reports through its status word; the last block is also walked on the CPU, for the end of
+//! the stream, which the kernel cannot see: a corrupt stream is refused here as the CPU walk
+//! refuses it), then per member an exponent histogram, the code tables (chosen on the host by
 //! [`table_of_histogram`], as the CPU build chooses them), the 3-bit codes, each chunk's lane
 //! starts and escape count, and the escapes. The arrays are those [`PackedExponents::build`]
 //! makes on the CPU, byte for byte (the GPU suite compares them).
@@ -109,18 +110,21 @@ pub(crate) fn build(
     if !members_pack(&members, n) || n == 0 {
         return Ok(None);
     }
+    let refuse = |defect| Df11Error::InvalidUnit {
+        path: std::path::PathBuf::from(format!("<loaded copy of {name}>")),
+        unit: name.to_string(),
+        defect,
+    };
+    // 0. The end of the stream, on the CPU (one block): the block kernel reads bytes past the
+    //    stream as zeros, so a stream whose last codes run past its end would decode there.
+    crate::cuda::exponent_walk::check_last_block(t, layout, &crate::DecodeTable::new(t.luts))
+        .map_err(refuse)?;
     // 1. Decode the stream with the block kernel, and read its status word.
     let decoded = {
         let huffman = crate::cuda::unit::CudaUnit::huffman_without_index(device, t, layout)?;
         let (storage, _) =
             huffman.decode(sign_mantissa.0, sign_mantissa.1, layout, 0..layout.n_blocks)?;
-        huffman
-            .check_status()
-            .map_err(|defect| Df11Error::InvalidUnit {
-                path: std::path::PathBuf::from(format!("<loaded copy of {name}>")),
-                unit: name.to_string(),
-                defect,
-            })?;
+        huffman.check_status().map_err(refuse)?;
         storage
     };
     let w = decoded.as_cuda_slice::<half::bf16>()?;
