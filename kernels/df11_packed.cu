@@ -41,6 +41,15 @@ df11_decode_packed(const uint32_t* codes, const uint32_t* chunk_escapes, const u
         uint32_t v[8];
 #pragma unroll
         for (int i = 0; i < 8; ++i) v[i] = q0 + 32u * i < n8 ? fp_codes8(codes, q0 + 32u * i) : 0u;
+        // The chunk's sign_mantissa for the 16-byte stores, loaded with the codes (in flight together,
+        // not one latency per pass: a load is not moved above the pass loop's exits).
+        uint2 smv[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const long long j = 8LL * (q0 + 32u * i);
+            smv[i] = vec && j >= begin && j + 8 <= end ? __ldg(reinterpret_cast<const uint2*>(sign_mantissa + j))
+                                                       : make_uint2(0u, 0u);
+        }
         FpLane r;
         r.a = fp_lane_start(chunk_escapes, lane_starts, n_chunks, (uint32_t)c, lane);
         r.b = 0;
@@ -64,8 +73,7 @@ df11_decode_packed(const uint32_t* codes, const uint32_t* chunk_escapes, const u
             else fp_apply(r, t, v[i], escapes, n_escapes, lo, hi);
             if (j + 8 <= begin) continue;
             if (vec && j >= begin && j + 8 <= end) {
-                const uint2 sm = __ldg(reinterpret_cast<const uint2*>(sign_mantissa + j));
-                const uint32_t s2[2] = {sm.x, sm.y}, e[2] = {lo, hi};
+                const uint32_t s2[2] = {smv[i].x, smv[i].y}, e[2] = {lo, hi};
                 uint32_t o[4];
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
