@@ -2,8 +2,8 @@
 //! [`Df11Backend`], generating a few tokens greedily. The same model is loaded from the BF16
 //! original with candle's safetensors `VarBuilder`, and the two must pick the same tokens.
 //!
-//!     cargo run -p df11-candle --example candle_transformers_qwen3 [-- PROMPT [N]]
-//!     cargo run -p df11-candle --example candle_transformers_qwen3 --features cuda   # on a GPU
+//!     cargo run --example candle_transformers_qwen3 [-- PROMPT [N]]
+//!     cargo run --example candle_transformers_qwen3 --features df11-candle/cuda   # on a GPU
 //!
 //! It runs on the bundled `tests/fixtures/models/qwen3-tiny` (random weights: the text is
 //! gibberish; the point is the loading path). Set `DF11_MODEL_DIR` to another DF11 Qwen3 folder

@@ -5,8 +5,8 @@
 //! runs both on the same input and checks that the outputs are bit-identical. It also builds the
 //! `down_proj` directly from a `Df11Group` (the lower-level route).
 //!
-//!     cargo run -p df11-candle --example custom_mlp [-- MODEL [LAYER]]
-//!     cargo run -p df11-candle --example custom_mlp --features cuda     # on a GPU
+//!     cargo run --example custom_mlp [-- MODEL [LAYER]]
+//!     cargo run --example custom_mlp --features df11-candle/cuda     # on a GPU
 //!
 //! MODEL is a fixture under `tests/fixtures/models` (default `qwen3-tiny`; also `llama-tiny`,
 //! `mistral-nemo-tiny`, `qwen2-tiny`, `qwen3-tied-tiny`), LAYER defaults to 0.

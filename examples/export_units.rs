@@ -11,9 +11,9 @@
 //! For example (the harness is built by `kernels/harness/build.sh`; `--cpu` needs no GPU):
 //!
 //! ```text
-//! cargo run --release -p df11-candle --example export_units -- \
+//! cargo run --release --example export_units -- \
 //!     model tests/fixtures/models/qwen3-tiny/df11 /tmp/units
-//! cargo run --release -p df11-candle --example export_units -- stress /tmp/units
+//! cargo run --release --example export_units -- stress /tmp/units
 //! bash kernels/harness/build.sh /tmp/df11_harness && /tmp/df11_harness --cpu /tmp/units/*
 //! ```
 //!
