@@ -276,7 +276,11 @@ pub fn flash_decode(
     let (rows, heads, d) = q.dims3()?;
     let kv_heads = kv.dims().get(2).copied().unwrap_or(0);
     let (slots_n, cap) = cache_dims(kv, kv_heads, d)?;
-    if !q.is_contiguous() || q.dtype() != DType::BF16 || !heads.is_multiple_of(kv_heads) {
+    if !q.is_contiguous()
+        || q.dtype() != DType::BF16
+        || kv_heads == 0
+        || !heads.is_multiple_of(kv_heads)
+    {
         candle_core::bail!("flash_decode: q {:?} for {kv_heads} kv heads", q.dims());
     }
     let vec = if d.is_multiple_of(8) { 8 } else { 2 };

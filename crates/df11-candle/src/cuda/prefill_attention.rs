@@ -62,7 +62,11 @@ pub fn prefill_attention(
         first_slot,
         start,
     } = at;
-    if !q.is_contiguous() || q.dtype() != DType::BF16 || !heads.is_multiple_of(kv_heads) {
+    if !q.is_contiguous()
+        || q.dtype() != DType::BF16
+        || kv_heads == 0
+        || !heads.is_multiple_of(kv_heads)
+    {
         candle_core::bail!(
             "prefill_attention: q {:?} for {kv_heads} kv heads",
             q.dims()

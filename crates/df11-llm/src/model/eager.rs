@@ -29,7 +29,8 @@ impl DecoderModel {
                 continue;
             }
             x = hand_over(std::slice::from_ref(&x), &seg.device)?.remove(0);
-            let in_place = self.prompt_rows(ids.dim(0)?, seq, first_slot, start, &seg.device)?;
+            let in_place =
+                self.prompt_rows(attention, ids.dim(0)?, seq, first_slot, start, &seg.device)?;
             let tables = caches.tables[s]
                 .iter()
                 .map(|(cos, sin)| Ok((cos.narrow(0, start, seq)?, sin.narrow(0, start, seq)?)))
@@ -164,12 +165,13 @@ impl DecoderModel {
         self.prompt_attention() != PromptAttention::Matmul
     }
 
-    /// With prompt attention in place ([`DecoderModel::prompt_attention_in_place`]): one query per
+    /// With prompt attention in place (`attention`, from [`DecoderModel::prompt_attention`]): one query per
     /// token of `rows` sequences of `seq` tokens (row `r` in slot `first_slot + r`, positions
     /// `start..start + seq`) as `[rows * seq]` u32 positions and slots on `device`, and the
     /// attention splits for that many queries.
     fn prompt_rows(
         &self,
+        attention: PromptAttention,
         rows: usize,
         seq: usize,
         first_slot: usize,
@@ -177,7 +179,7 @@ impl DecoderModel {
         device: &candle_core::Device,
     ) -> Result<Option<(Tensor, Tensor, usize)>> {
         #[cfg(feature = "cuda")]
-        if self.prompt_attention_in_place() {
+        if attention != PromptAttention::Matmul {
             let queries = crate::step::StepRows {
                 slots: (0..rows)
                     .flat_map(|r| std::iter::repeat_n(first_slot + r, seq))
@@ -188,7 +190,7 @@ impl DecoderModel {
             let splits = self.attention_splits(device, rows * seq)?;
             return Ok(Some((positions, slots, splits)));
         }
-        let _ = (rows, seq, first_slot, start, device);
+        let _ = (attention, rows, seq, first_slot, start, device);
         Ok(None)
     }
 }
