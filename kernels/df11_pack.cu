@@ -2,6 +2,8 @@
 // from a unit's BF16 values just decoded by df11_decode (whose status word the host checks first): the same
 // arrays, byte for byte, as PackedExponents::build makes on the CPU. Written for this project.
 //
+//   df11_pack_tile     the values in storage order (members the host tiles in the tile order of df11_packed.cuh,
+//                      the others as they are), and sign_mantissa in that order: the pack kernels then read them
 //   df11_pack_hist     exponent histogram (256 bins) of one member's elements
 //   df11_pack_codes    3-bit codes, one thread per 32 elements (three words), code_of[member][exponent]
 //   df11_pack_lanes    per 2048-element chunk (a warp): each lane's escape count, exclusive-scanned into
@@ -17,6 +19,7 @@
 // bytes. Every index below is bounded by those sizes.
 
 #include <stdint.h>
+#include "df11_packed.cuh"
 
 #define PK_THREADS 256
 
@@ -123,6 +126,44 @@ df11_pack_escapes(const uint16_t* w, const uint32_t* codes, long long n_elements
             for (uint32_t m = pk_escape_mask(pk_codes8(codes, first >> 3)); m; m &= m - 1) {
                 const int k = (__ffs(m) - 1) / 3;
                 escapes[at++] = (uint8_t)pk_exponent(w[first + k]);
+            }
+        }
+    }
+}
+
+// One thread per 8-group of storage: wt[j..j+8] = the values stored there, sm[j..j+8] their sign and mantissa bytes.
+// member_cols[m]: the columns of a member the host tiles (rows * cols its size, cols % 256 == 0, its start % 256 == 0),
+// else 0.
+extern "C" __global__ void __launch_bounds__(PK_THREADS)
+df11_pack_tile(const uint16_t* w, long long n_elements, const long long* member_ends, const int* member_cols,
+               int n_members, uint16_t* wt, uint8_t* sm) {
+    const long long stride = (long long)gridDim.x * PK_THREADS;
+    const long long n8 = (n_elements + 7) >> 3;
+    for (long long q = (long long)blockIdx.x * PK_THREADS + threadIdx.x; q < n8; q += stride) {
+        const long long j = 8 * q;
+        const int m = pk_member(member_ends, n_members, j);
+        const long long start = m == 0 ? 0 : member_ends[m - 1];
+        const int cols = member_cols[m];
+        const long long src = cols > 0 ? start + tile_original((uint32_t)(j - start), (uint32_t)cols) : j;
+        if (j + 8 <= n_elements) {
+            const uint4 v = *reinterpret_cast<const uint4*>(w + src);
+            *reinterpret_cast<uint4*>(wt + j) = v;
+            const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+            uint32_t b[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                // Two BF16 per word: byte 1 holds sign + 7 exponent bits, byte 0 exponent bit + mantissa.
+                const uint32_t lo = u[2 * h], hi = u[2 * h + 1];
+                const uint32_t s4 = __byte_perm(lo, hi, 0x7531) & 0x80808080u;   // sign bits
+                const uint32_t m4 = __byte_perm(lo, hi, 0x6420) & 0x7f7f7f7fu;   // mantissas
+                b[h] = s4 | m4;
+            }
+            *reinterpret_cast<uint2*>(sm + j) = make_uint2(b[0], b[1]);
+        } else {
+            for (long long k = j; k < n_elements; ++k) {
+                const uint16_t v = w[src + (k - j)];
+                wt[k] = v;
+                sm[k] = (uint8_t)(((v >> 8) & 0x80u) | (v & 0x7fu));
             }
         }
     }

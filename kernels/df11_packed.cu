@@ -7,15 +7,23 @@
 // ORed in, and the eight BF16 values are rebuilt with sign_mantissa and stored (one 16-byte store where aligned and
 // inside the range).
 //
+// TILED MEMBERS (member_cols[m] > 0: member m is stored in the tile order of a [rows, member_cols[m]] matrix,
+// df11_packed.cuh): elements are visited in storage order and each 8-group is written to its row-major place, which
+// is contiguous there too. Output element o (a row-major unit element) goes to out[o - begin] for begin <= o < end;
+// the warps visit the storage range [visit_begin, visit_end), which the host widens to whole row groups of a tiled
+// member (8 rows: the storage of any row range is inside them).
+//
 // HOST GUARANTEES: those of df11_packed.cuh; member_ends ascending, the last = n_elements, n_members >= 1;
-// tables[2m], tables[2m+1] member m's exponents for codes 0-3 and 4-7 (code 7 -> 0); 0 <= begin <= end <=
-// n_elements.
+// tables[2m], tables[2m+1] member m's exponents for codes 0-3 and 4-7 (code 7 -> 0); member_cols[m] 0 or the column
+// count of a tiled member (rows * cols its size, cols % 256 == 0, its start % 8 == 0); 0 <= begin <= end <=
+// n_elements; 0 <= visit_begin <= visit_end <= n_elements covering every storage element of [begin, end).
 
 #include "df11_packed.cuh"
 
 #define DP_THREADS 256
 #define DP_MEMBERS 32         // members whose tables are cached in shared memory (more: read from global memory)
 
+// Units with no tiled member: each 8-group decoded to its own place (begin, end: unit elements).
 extern "C" __global__ void __launch_bounds__(DP_THREADS)
 df11_decode_packed(const uint32_t* codes, const uint32_t* chunk_escapes, const uint8_t* lane_starts, uint32_t n_chunks,
                    const uint8_t* escapes, uint32_t n_escapes, const uint32_t* tables, const long long* member_ends,
@@ -93,6 +101,158 @@ df11_decode_packed(const uint32_t* codes, const uint32_t* chunk_escapes, const u
                     }
                 }
             }
+        }
+    }
+}
+
+// Units with a tiled member (see TILED MEMBERS above). A CTA takes BLOCKS of 8 chunks. A block that is one whole
+// (G, k) piece of a tiled member (8 rows x 2048 columns: its 8 chunks are the sub-steps m = 0..7) is decoded into
+// shared memory and written out row by row, 4 KB contiguous per row (16-byte stores straight from the lanes would
+// touch 8 rows x 64 bytes each: measured 30% slower than the row-order kernel). Other chunks (row-order members,
+// partial-width chunks, a block cut by the visited range) write each 8-group to its place directly.
+#define DP_ROW_UNITS 257   // 16-byte units per staged row: 256 + 1 (the pad spreads the 8 rows over the banks)
+
+struct DpUnit {
+    const uint32_t* codes;
+    const uint32_t* chunk_escapes;
+    const uint8_t* lane_starts;
+    uint32_t n_chunks;
+    const uint8_t* escapes;
+    uint32_t n_escapes;
+    const uint8_t* sign_mantissa;
+    long long n_elements;
+};
+
+// Decodes this lane's 8-groups of chunk c inside [visit_begin, visit_end): store(i, j, m, lo, hi, sm) for pass i, its
+// unit element j, its member m, its exponents (lo, hi) and its sign_mantissa (loaded when `vec` and j is in the range).
+template <typename Store>
+__device__ __forceinline__ void dp_chunk(const DpUnit& u, long long c, const long long* ends, const uint32_t* tabs,
+                                         int n_members, bool vec, long long visit_begin, long long visit_end,
+                                         Store&& store) {
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t n8 = (uint32_t)((u.n_elements + 7) >> 3);
+    const uint32_t q0 = 256u * (uint32_t)c + lane;
+    uint32_t v[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = q0 + 32u * i < n8 ? fp_codes8(u.codes, q0 + 32u * i) : 0u;
+    uint2 smv[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const long long j = 8LL * (q0 + 32u * i);
+        smv[i] = vec && j >= visit_begin && j + 8 <= visit_end
+                     ? __ldg(reinterpret_cast<const uint2*>(u.sign_mantissa + j))
+                     : make_uint2(0u, 0u);
+    }
+    FpLane r;
+    r.a = fp_lane_start(u.chunk_escapes, u.lane_starts, u.n_chunks, (uint32_t)c, lane);
+    r.b = 0;
+    uint32_t na = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) na += __popc(fp_escape_mask(v[i]));
+    r.na = na;
+    fp_fetch_run(r, u.escapes, u.n_escapes);
+    uint32_t t = 0;
+    int m = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const long long j = 8LL * (q0 + 32u * i);
+        if (j >= visit_end || j >= u.n_elements) break;
+        while (m < n_members - 1 && j >= ends[m]) ++m;
+        uint32_t lo = __byte_perm(tabs[2 * m], tabs[2 * m + 1], fp_spread(v[i] & 0xfffu));
+        uint32_t hi = __byte_perm(tabs[2 * m], tabs[2 * m + 1], fp_spread(v[i] >> 12));
+        if (na <= 8u) fp_apply_held(v[i], r.held, lo, hi);
+        else fp_apply(r, t, v[i], u.escapes, u.n_escapes, lo, hi);
+        if (j + 8 <= visit_begin) continue;
+        store(i, j, m, lo, hi, smv[i]);
+    }
+}
+
+__device__ __forceinline__ uint4 dp_fuse8(uint2 sm, uint32_t lo, uint32_t hi) {
+    uint32_t w[4];
+    fg_fuse4(sm.x, lo, w[0], w[1]);
+    fg_fuse4(sm.y, hi, w[2], w[3]);
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// HOST GUARANTEES (besides the file's): n_members <= DP_MEMBERS.
+extern "C" __global__ void __launch_bounds__(DP_THREADS, 4)
+df11_decode_packed_tiled(const uint32_t* codes, const uint32_t* chunk_escapes, const uint8_t* lane_starts,
+                         uint32_t n_chunks, const uint8_t* escapes, uint32_t n_escapes, const uint32_t* tables,
+                         const long long* member_ends, const int* member_cols, int n_members,
+                         const uint8_t* sign_mantissa, long long n_elements, uint16_t* out, long long begin,
+                         long long end, long long visit_begin, long long visit_end) {
+    __shared__ long long s_ends[DP_MEMBERS];
+    __shared__ uint32_t s_tables[2 * DP_MEMBERS];
+    __shared__ int s_cols[DP_MEMBERS];
+    __shared__ uint4 s_rows[8 * DP_ROW_UNITS];
+    for (int i = threadIdx.x; i < n_members; i += DP_THREADS) {
+        s_ends[i] = member_ends[i];
+        s_tables[2 * i] = tables[2 * i];
+        s_tables[2 * i + 1] = tables[2 * i + 1];
+        s_cols[i] = member_cols[i];
+    }
+    __syncthreads();
+    const DpUnit u = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, sign_mantissa, n_elements};
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const bool vec = (begin & 7) == 0;
+    const long long c_begin = visit_begin >> 11, c_end = (visit_end + 2047) >> 11;
+    // Where an 8-group goes when written directly: its own place, or its row-major place in a tiled member.
+    auto direct = [&](int, long long j, int m, uint32_t lo, uint32_t hi, uint2 sm) {
+        long long o = j;
+        if (s_cols[m] > 0) {
+            const long long start = m == 0 ? 0 : s_ends[m - 1];
+            o = start + tile_original((uint32_t)(j - start), (uint32_t)s_cols[m]);
+        }
+        if (vec && j >= visit_begin && j + 8 <= visit_end && o >= begin && o + 8 <= end) {
+            *reinterpret_cast<uint4*>(out + (o - begin)) = dp_fuse8(sm, lo, hi);
+        } else {
+            for (int k = 0; k < 8; ++k) {
+                const long long jk = j + k, ok = o + k;
+                if (jk < n_elements && ok >= begin && ok < end) {
+                    const uint32_t ex = ((k < 4 ? lo : hi) >> (8 * (k & 3))) & 0xffu;
+                    const uint32_t s1 = sign_mantissa[jk];
+                    out[ok - begin] = (uint16_t)(((s1 & 0x80u) << 8) | (ex << 7) | (s1 & 0x7fu));
+                }
+            }
+        }
+    };
+    for (long long B = (c_begin >> 3) + blockIdx.x; B < (c_end + 7) >> 3; B += gridDim.x) {
+        // CTA-uniform: is the block one whole (G, k) piece of a tiled member, all of it visited?
+        const long long j0 = 16384LL * B;
+        int mc = 0;
+        while (mc < n_members - 1 && j0 >= s_ends[mc]) ++mc;
+        const long long start = mc == 0 ? 0 : s_ends[mc - 1];
+        const int cols = s_cols[mc];
+        long long row0 = -1;   // the block's first row-major element (row 8G, column 2048k)
+        if (cols > 0 && ((j0 - start) & 16383) == 0 && j0 + 16384 <= s_ends[mc] && j0 >= visit_begin &&
+            j0 + 16384 <= visit_end) {
+            const uint32_t p = (uint32_t)(j0 - start), group = p / (8u * (uint32_t)cols);
+            const uint32_t k = (p - group * 8u * (uint32_t)cols) >> 14;
+            if ((uint32_t)cols - 2048u * k >= 2048u) row0 = start + 8LL * group * cols + 2048LL * k;
+        }
+        const long long c = 8 * B + warp;
+        if (row0 >= 0) {
+            // Chunk c is sub-step m = warp: lane (g, t), pass i holds row g, columns 8(4m + t) + 256i ..+ 8.
+            dp_chunk(u, c, s_ends, s_tables, n_members, true, visit_begin, visit_end,
+                     [&](int i, long long, int, uint32_t lo, uint32_t hi, uint2 sm) {
+                         s_rows[(lane >> 2) * DP_ROW_UNITS + 4 * warp + (lane & 3) + 32 * i] = dp_fuse8(sm, lo, hi);
+                     });
+            __syncthreads();
+            for (int idx = threadIdx.x; idx < 8 * 256; idx += DP_THREADS) {
+                const int rr = idx >> 8, q = idx & 255;
+                const long long o = row0 + (long long)rr * cols + 8 * q;
+                const uint4 w = s_rows[rr * DP_ROW_UNITS + q];
+                if (vec && o >= begin && o + 8 <= end) {
+                    *reinterpret_cast<uint4*>(out + (o - begin)) = w;
+                } else {
+                    const uint16_t* h = reinterpret_cast<const uint16_t*>(&w);
+                    for (int k = 0; k < 8; ++k)
+                        if (o + k >= begin && o + k < end) out[o + k - begin] = h[k];
+                }
+            }
+            __syncthreads();
+        } else if (c >= c_begin && c < c_end) {
+            dp_chunk(u, c, s_ends, s_tables, n_members, vec, visit_begin, visit_end, direct);
         }
     }
 }

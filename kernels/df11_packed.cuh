@@ -100,6 +100,18 @@ __device__ __forceinline__ void fp_apply_held(uint32_t v, unsigned long long& he
     hi = (uint32_t)(e >> 32);
 }
 
+// THE TILE ORDER (crates/df11-candle/src/cuda/tile_order.rs): a member [rows, cols] (rows % 8 == 0, cols % 256 == 0)
+// may be stored in the order (G, k, m, i, g, t, e) so that a tensor-core sub-step reads W consecutive elements. The
+// row-major index of the element at position p (both relative to the member's start; p < rows * cols < 2^32).
+__device__ __forceinline__ uint32_t tile_original(uint32_t p, uint32_t cols) {
+    const uint32_t group = p / (8u * cols), r0 = p - group * 8u * cols;
+    const uint32_t k = r0 >> 14, r1 = r0 & 16383u;
+    const uint32_t width = min(2048u, cols - 2048u * k);
+    const uint32_t m = width == 2048u ? r1 >> 11 : r1 / width, r = width == 2048u ? r1 & 2047u : r1 - m * width;
+    const uint32_t i = r >> 8, g = (r >> 5) & 7u, t = (r >> 3) & 3u, e = r & 7u;
+    return (8u * group + g) * cols + 2048u * k + 8u * (4u * m + t) + 256u * i + e;
+}
+
 // 4 (sign_mantissa, exponent) byte pairs -> 4 BF16 (two u32 words, little-endian u16 lanes).
 __device__ __forceinline__ void fg_fuse4(uint32_t s, uint32_t e, uint32_t& lo, uint32_t& hi) {
     uint32_t H = (s & 0x80808080u) | ((e >> 1) & 0x7f7f7f7fu);

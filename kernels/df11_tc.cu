@@ -22,6 +22,11 @@
 // So the same (rows, cols, nb, steps) give bit-identical outputs for the same weights. The host chooses `steps`
 // from the shape and nb only (crates/df11-candle/src/cuda/tc.rs).
 //
+// TILED MEMBERS (tiled != 0; crates/df11-candle/src/cuda/tile_order.rs): the matrix is a whole member stored in the
+// tile order, so sub-step (G, k, m) is the W consecutive unit elements from base + 8 cols G + 16384 k + W m and lane
+// (g, t) reads their chunk lane 4g + t (the packed form's lane of those elements): the same weights in the same mma
+// slots as in row order, so the summation contract, and the twin, do not change.
+//
 // HOST GUARANTEES: sm_80 or newer; cols % 256 == 0, 2048 * 256 > cols; 1 <= nb <= 16 * MT; x and (twin) w 16-byte
 // aligned; packed: base % 256 == 0, the matrix [rows, cols] at base inside one member of the unit (t0, t1 its
 // table), the packed buffers those of df11_packed.cuh; tile_groups * items_per_group(cols, steps) * nb * 32 + (packed:
@@ -86,10 +91,13 @@ __device__ __forceinline__ void tc_step(const uint32_t (&w)[4], const TcX<MT>& x
 // Items of a row group: chunks times sub-step blocks.
 __device__ __forceinline__ int tc_items_per_group(int cols, int steps) { return ((cols + 2047) / 2048) * (8 / steps); }
 
-// Where one sub-step of a warp reads: the unit element (packed) or weight offset (twin) of its row's chunk, the chunk
-// lane L, the chunk width W (0: no such sub-step, nothing is loaded) and whether its row group exists (warp-uniform).
+// Where one sub-step of a warp reads: the packed item (unit element j0, the lane's chunk lane Lp in it: row order, the
+// row's chunk and L; tile order, the sub-step's run and the lane), the twin's weight offset, the x lane L (columns
+// c0 + 8L + 256i), the chunk width W (0: no such sub-step, nothing is loaded) and whether its row group exists
+// (warp-uniform).
 struct TcAt {
     uint32_t j0;
+    uint32_t Lp;
     long long woff;
     uint32_t L;
     int c0;
@@ -103,7 +111,7 @@ struct TcAt {
 template <int MT, bool TWIN>
 __device__ __forceinline__ void tc_gemv(const FgPacked& pk, const uint8_t* sign_mantissa, const uint16_t* wdense,
                                         const __nv_bfloat16* x, __nv_bfloat16* y, int nb, int rows, int cols,
-                                        long long base, int tile_groups, int steps) {
+                                        long long base, int tile_groups, int steps, bool tiled) {
     extern __shared__ __align__(16) uint8_t tc_smem[];
     uint32_t* tab = reinterpret_cast<uint32_t*>(tc_smem);
     float* partial = reinterpret_cast<float*>(tc_smem + (TWIN ? 0 : TC_TABLE_BYTES));
@@ -125,10 +133,22 @@ __device__ __forceinline__ void tc_gemv(const FgPacked& pk, const uint8_t* sign_
         const int c0 = a.live ? 2048 * k : 0;
         a.c0 = c0;
         a.W = a.live ? min(2048, cols - c0) : 0;
-        a.j0 = (uint32_t)(base + rl * cols + c0);
         a.woff = rl * cols + c0;
         a.L = 4u * (uint32_t)(sb * steps + s) + t;
+        if (tiled) {
+            a.j0 = (uint32_t)(base + 8LL * cols * (a.live ? G : 0) + 16384LL * k + (long long)a.W * (sb * steps + s));
+            a.Lp = lane;
+        } else {
+            a.j0 = (uint32_t)(base + rl * cols + c0);
+            a.Lp = a.L;
+        }
         return a;
+    };
+    // The same warp's next sub-step of the item: four chunk lanes on (row order), the next run (tile order).
+    auto advance = [&](TcAt& a) {
+        a.L += 4;
+        if (tiled) a.j0 += (uint32_t)a.W;
+        else a.Lp += 4;
     };
     auto load_twin = [&](const TcAt& a, uint4 (&q)[8]) {
 #pragma unroll
@@ -138,7 +158,7 @@ __device__ __forceinline__ void tc_gemv(const FgPacked& pk, const uint8_t* sign_
     };
     FpPre pre = {};
     auto prefetch = [&](const TcAt& a) {
-        if (!TWIN) pre = fp_prefetch(pk, a.j0, a.W, a.L);
+        if (!TWIN) pre = fp_prefetch(pk, a.j0, a.W, a.Lp);
     };
     prefetch(at(blockIdx.x, warp, 0));
     for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
@@ -149,12 +169,12 @@ __device__ __forceinline__ void tc_gemv(const FgPacked& pk, const uint8_t* sign_
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
             TcAt here;
-            for (int s = 0; s < steps; ++s, here.L += 4) {
+            for (int s = 0; s < steps; ++s, advance(here)) {
                 if (s == 0) here = at(tile, item, 0);
                 // The warp's next sub-step: this item's next (4 chunk lanes on), else its next item, else its first
                 // of the next tile.
                 TcAt next = here;
-                next.L += 4;
+                advance(next);
                 if (s + 1 >= steps) next = item + TC_WARPS < items ? at(tile, item + TC_WARPS, 0)
                                                                    : at(tile + gridDim.x, warp, 0);
                 const FpPre cur = pre;
@@ -178,8 +198,8 @@ __device__ __forceinline__ void tc_gemv(const FgPacked& pk, const uint8_t* sign_
                         mul(i, w);
                     }
                 } else {
-                    if (aligned) fp_item<true>(tab, pk, sign_mantissa, here.j0, 2048, L, cur, mul);
-                    else fp_item<false>(tab, pk, sign_mantissa, here.j0, here.W, L, cur, mul);
+                    if (aligned) fp_item<true>(tab, pk, sign_mantissa, here.j0, 2048, here.Lp, cur, mul);
+                    else fp_item<false>(tab, pk, sign_mantissa, here.j0, here.W, here.Lp, cur, mul);
                 }
             }
             // The item's sums: lane (g, t) holds x rows 16mt + g (+ 8) and W rows 8G + 2t, 8G + 2t + 1.
@@ -213,18 +233,18 @@ __device__ __forceinline__ void tc_gemv(const FgPacked& pk, const uint8_t* sign_
     const uint32_t *codes, const uint32_t *chunk_escapes, const uint8_t *lane_starts, uint32_t n_chunks,             \
         const uint8_t *escapes, uint32_t n_escapes, uint32_t t0, uint32_t t1, const uint8_t *sign_mantissa,         \
         const __nv_bfloat16 *x, __nv_bfloat16 *y, int nb, int rows, int cols, long long base, int tile_groups,      \
-        int steps
+        int steps, int tiled
 #define TC_TWIN_ARGS                                                                                                 \
     const uint16_t *w, const __nv_bfloat16 *x, __nv_bfloat16 *y, int nb, int rows, int cols, int tile_groups, int steps
 
 #define TC_INSTANTIATE(MT)                                                                                           \
     extern "C" __global__ void __launch_bounds__(TC_THREADS, TC_MIN_CTAS(MT)) df11_tc_packed_##MT(TC_PACKED_ARGS) { \
         const FgPacked pk = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, t0, t1};              \
-        tc_gemv<MT, false>(pk, sign_mantissa, nullptr, x, y, nb, rows, cols, base, tile_groups, steps);             \
+        tc_gemv<MT, false>(pk, sign_mantissa, nullptr, x, y, nb, rows, cols, base, tile_groups, steps, tiled != 0); \
     }                                                                                                                \
     extern "C" __global__ void __launch_bounds__(TC_THREADS, TC_MIN_CTAS(MT)) bf16_tc_##MT(TC_TWIN_ARGS) {          \
         const FgPacked pk = {};                                                                                      \
-        tc_gemv<MT, true>(pk, nullptr, w, x, y, nb, rows, cols, 0, tile_groups, steps);                             \
+        tc_gemv<MT, true>(pk, nullptr, w, x, y, nb, rows, cols, 0, tile_groups, steps, false);                      \
     }
 
 TC_INSTANTIATE(1)

@@ -69,6 +69,14 @@ if [ -z "${E2E_OFFICIAL_ONLY:-}" ]; then
     DF11_PROMPT_ATTENTION=matmul bench "bf16 b1 ctx512 matmul-prompt" --model-dir "$WORK/bf16" --bf16
     DF11_PROMPT_ATTENTION=flash-decoding bench "df11 b1 ctx512 flash-decoding-prompt" --model-dir "$WORK/df11"
   fi
+  # E2E_TILED=1: the layers' linears stored in the tensor-core tile order (DF11_TILE=on: the
+  # tensor-core kernels from 1 row, for the BF16 rows too), batch 1 and 8; DF11 == BF16 tokens.
+  if [ -n "${E2E_TILED:-}" ]; then
+    for batch in 1 8; do
+      DF11_TILE=on bench "df11 b$batch ctx512 tiled" --model-dir "$WORK/df11" --batch "$batch"
+      DF11_TILE=on bench "bf16 b$batch ctx512 tiled" --model-dir "$WORK/bf16" --bf16 --batch "$batch"
+    done
+  fi
   if [ -z "${E2E_QUICK:-}${E2E_NO_LONG:-}" ]; then
     for fmt in df11 bf16; do
       flag=""; [ "$fmt" = bf16 ] && flag="--bf16"

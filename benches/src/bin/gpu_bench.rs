@@ -69,6 +69,27 @@ fn main() -> anyhow::Result<()> {
     let (packed, packed_load_s) = load(ExponentForm::Packed);
     let (group, packed) = (group?, packed?);
     anyhow::ensure!(packed.is_packed(), "the packed unit is not packed");
+    // The same unit told its members' shapes: stored in the tensor-core tile order.
+    let shapes: Vec<Option<(usize, usize)>> =
+        synth::QWEN3_8B_LAYER.iter().copied().map(Some).collect();
+    let t = Instant::now();
+    df11_candle::set_tile_members(true);
+    let tiled = Df11Group::new_shaped(
+        "layer",
+        members.clone(),
+        &enc.tensors(),
+        layout.clone(),
+        &dev,
+        ExponentForm::Packed,
+        &shapes,
+    )?;
+    let tiled_load_s = t.elapsed().as_secs_f64();
+    df11_candle::set_tile_members(false);
+    anyhow::ensure!(
+        (0..shapes.len()).all(|i| tiled.tile_order(i).is_some()),
+        "the tiled unit's members are not all tiled"
+    );
+    println!("tiled packed unit loaded in {tiled_load_s:.1} s");
     let bits = |g: &Df11Group| 8.0 * g.device_bytes() as f64 / n as f64;
     println!(
         "device memory: Huffman + segment index {:.3} bits/weight (loaded in {huffman_load_s:.1} s), \
@@ -94,8 +115,13 @@ fn main() -> anyhow::Result<()> {
         pk == weights,
         "packed decode differs from the original weights"
     );
+    let tk: Vec<half::bf16> = tiled.decode_elements(0..n)?.to_vec1()?;
+    anyhow::ensure!(
+        tk == weights,
+        "tiled decode differs from the original weights"
+    );
     group.check_status()?;
-    drop((host, seg, pk));
+    drop((host, seg, pk, tk));
     eprintln!("GPU decode (block, segment and packed kernels): bit-exact");
 
     let out_bytes = 2.0 * n as f64;
@@ -111,6 +137,9 @@ fn main() -> anyhow::Result<()> {
         let _ = packed.decode_elements(0..n).unwrap();
     });
     let packed_gbs = out_bytes / t_packed / 1e9;
+    let t_tiled_decode = time(&dev, 20, 7, || {
+        let _ = tiled.decode_elements(0..n).unwrap();
+    });
     let t_copy = time(&dev, 20, 7, || {
         let _ = decoded.copy().unwrap();
     });
@@ -125,8 +154,10 @@ fn main() -> anyhow::Result<()> {
         t_seg * 1e3
     );
     println!(
-        "decode, packed kernel: {:.3} ms, {packed_gbs:.0} GB/s of BF16 output",
-        t_packed * 1e3
+        "decode, packed kernel: {:.3} ms, {packed_gbs:.0} GB/s of BF16 output; tiled: {:.3} ms, {:.0} GB/s",
+        t_packed * 1e3,
+        t_tiled_decode * 1e3,
+        out_bytes / t_tiled_decode / 1e9
     );
     println!(
         "device copy: {:.3} ms for {:.0} MB, {copy_gbs:.0} GB/s (read + write); decode bound ~{:.0} GB/s",
@@ -140,6 +171,7 @@ fn main() -> anyhow::Result<()> {
     let mut dense = Vec::new();
     let mut df11 = Vec::new();
     let mut df11p = Vec::new();
+    let mut df11t = Vec::new();
     let mut at = 0;
     for (i, &(o, k)) in synth::QWEN3_8B_LAYER.iter().enumerate() {
         let w = decoded
@@ -150,6 +182,7 @@ fn main() -> anyhow::Result<()> {
         dense.push(Linear::Dense(candle_nn::Linear::new(w, None)));
         df11.push(Df11Linear::new(group.clone(), i, o, k, None, DType::BF16)?);
         df11p.push(Df11Linear::new(packed.clone(), i, o, k, None, DType::BF16)?);
+        df11t.push(Df11Linear::new(tiled.clone(), i, o, k, None, DType::BF16)?);
     }
     drop(decoded);
     let run_all = |ls: &dyn Fn(usize, &Tensor) -> candle_core::Result<Tensor>, xs: &[Tensor]| {
@@ -159,7 +192,7 @@ fn main() -> anyhow::Result<()> {
     };
     let mut rows = Vec::new();
     println!(
-        "batch | cuBLAS BF16 ms | DF11 decode+cuBLAS ms (Huffman / packed) | CUDA-core: twin / DF11 Huffman / DF11 packed ms | tensor-core: twin / DF11 packed ms | TC packed/cuBLAS speed | TC twin/cuBLAS speed | TC max |diff| vs cuBLAS"
+        "batch | cuBLAS BF16 ms | DF11 decode+cuBLAS ms (Huffman / packed / tiled) | CUDA-core: twin / DF11 Huffman / DF11 packed ms | tensor-core: twin / DF11 packed / DF11 tiled ms | TC tiled/cuBLAS speed | TC twin/cuBLAS speed | TC max |diff| vs cuBLAS"
     );
     for batch in [1usize, 2, 4, 8, 16, 32, 64, 128, 512] {
         let xs: Vec<Tensor> = synth::QWEN3_8B_LAYER
@@ -169,6 +202,7 @@ fn main() -> anyhow::Result<()> {
         let bf16_fwd = |i: usize, x: &Tensor| dense[i].forward(x);
         let df11_fwd = |i: usize, x: &Tensor| df11[i].forward(x);
         let packed_fwd = |i: usize, x: &Tensor| df11p[i].forward(x);
+        let tiled_fwd = |i: usize, x: &Tensor| df11t[i].forward(x);
         // Decode path: Df11Linear == cuBLAS Linear bit for bit.
         set_matmul_path(MatmulPath::Decode);
         let mut cublas_out = Vec::new();
@@ -176,8 +210,9 @@ fn main() -> anyhow::Result<()> {
             let a: Vec<half::bf16> = bf16_fwd(i, x)?.flatten_all()?.to_vec1()?;
             let b: Vec<half::bf16> = df11_fwd(i, x)?.flatten_all()?.to_vec1()?;
             let c: Vec<half::bf16> = packed_fwd(i, x)?.flatten_all()?.to_vec1()?;
+            let d: Vec<half::bf16> = tiled_fwd(i, x)?.flatten_all()?.to_vec1()?;
             anyhow::ensure!(
-                a == b && a == c,
+                a == b && a == c && a == d,
                 "decode path: Df11Linear differs from Linear at batch {batch}"
             );
             cublas_out.push(a);
@@ -185,18 +220,20 @@ fn main() -> anyhow::Result<()> {
         let t_cublas = time(&dev, 20, 7, || run_all(&bf16_fwd, &xs));
         let t_decode_path = time(&dev, 10, 7, || run_all(&df11_fwd, &xs));
         let t_packed_decode = time(&dev, 10, 7, || run_all(&packed_fwd, &xs));
+        let t_tiled_path = time(&dev, 10, 7, || run_all(&tiled_fwd, &xs));
         // Fused paths: DF11 == its BF16 twin bit for bit (the Huffman form on the tensor-core
         // path is decoded and given to the twin); both close to cuBLAS.
         set_matmul_path(MatmulPath::Fused);
-        let fused = |kernel: FusedKernel| -> anyhow::Result<(f64, f64, f64, f32)> {
+        let fused = |kernel: FusedKernel| -> anyhow::Result<(f64, f64, f64, f32, f64)> {
             set_fused_kernel(Some(kernel));
             let mut max_diff = 0f32;
             for (i, x) in xs.iter().enumerate() {
                 let a: Vec<half::bf16> = bf16_fwd(i, x)?.flatten_all()?.to_vec1()?;
                 let b: Vec<half::bf16> = df11_fwd(i, x)?.flatten_all()?.to_vec1()?;
                 let c: Vec<half::bf16> = packed_fwd(i, x)?.flatten_all()?.to_vec1()?;
+                let d: Vec<half::bf16> = tiled_fwd(i, x)?.flatten_all()?.to_vec1()?;
                 anyhow::ensure!(
-                    a == b && a == c,
+                    a == b && a == c && a == d,
                     "{kernel:?} fused path: DF11 differs from its BF16 twin at batch {batch}"
                 );
                 for (p, q) in c.iter().zip(&cublas_out[i]) {
@@ -210,9 +247,15 @@ fn main() -> anyhow::Result<()> {
                 f64::NAN // decode + twin: not a kernel of its own
             };
             let t_packed = time(&dev, 20, 7, || run_all(&packed_fwd, &xs));
-            Ok((t_twin, t_huffman, t_packed, max_diff))
+            // Tiled members take the tensor-core kernel only (else decode + twin).
+            let t_tiled = if kernel == FusedKernel::TensorCore {
+                time(&dev, 20, 7, || run_all(&tiled_fwd, &xs))
+            } else {
+                f64::NAN
+            };
+            Ok((t_twin, t_huffman, t_packed, max_diff, t_tiled))
         };
-        let nan = (f64::NAN, f64::NAN, f64::NAN, f32::NAN);
+        let nan = (f64::NAN, f64::NAN, f64::NAN, f32::NAN, f64::NAN);
         let cc = if batch <= 16 {
             fused(FusedKernel::CudaCore)?
         } else {
@@ -222,16 +265,18 @@ fn main() -> anyhow::Result<()> {
         set_fused_kernel(None);
         set_matmul_path(MatmulPath::Auto);
         println!(
-            "{batch:>5} | {:>14.3} | {:>19.3} / {:.3} | {:>8.3} / {:.3} / {:.3} | {:>8.3} / {:.3} | {:>10.2}x | {:>10.2}x | {:.4}",
+            "{batch:>5} | {:>14.3} | {:>19.3} / {:.3} / {:.3} | {:>8.3} / {:.3} / {:.3} | {:>8.3} / {:.3} / {:.3} | {:>10.2}x | {:>10.2}x | {:.4}",
             t_cublas * 1e3,
             t_decode_path * 1e3,
             t_packed_decode * 1e3,
+            t_tiled_path * 1e3,
             cc.0 * 1e3,
             cc.1 * 1e3,
             cc.2 * 1e3,
             tc.0 * 1e3,
             tc.2 * 1e3,
-            t_cublas / tc.2,
+            tc.4 * 1e3,
+            t_cublas / tc.4,
             t_cublas / tc.0,
             tc.3,
         );
@@ -247,6 +292,7 @@ fn main() -> anyhow::Result<()> {
             "df11_decode_ms": t_decode_path * 1e3, "packed_decode_ms": t_packed_decode * 1e3,
             "cuda_core_twin_ms": ms(cc.0), "cuda_core_huffman_ms": ms(cc.1),
             "cuda_core_packed_ms": ms(cc.2), "tc_twin_ms": ms(tc.0), "tc_packed_ms": ms(tc.2),
+            "tc_tiled_ms": ms(tc.4), "tiled_decode_ms": t_tiled_path * 1e3,
             "tc_max_abs_diff_vs_cublas": tc.3,
         }));
     }
@@ -256,6 +302,7 @@ fn main() -> anyhow::Result<()> {
             "weights": n, "decode_ms": t_decode * 1e3, "decode_gbs": decode_gbs,
             "segment_decode_ms": t_seg * 1e3, "segment_decode_gbs": seg_gbs,
             "packed_decode_ms": t_packed * 1e3, "packed_decode_gbs": packed_gbs,
+            "tiled_packed_decode_ms": t_tiled_decode * 1e3,
             "huffman_bits_per_weight": bits(&group), "packed_bits_per_weight": bits(&packed),
             "copy_gbs": copy_gbs, "linears": rows,
         });

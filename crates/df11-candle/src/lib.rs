@@ -119,6 +119,7 @@ pub use cuda::matmul::{
 };
 pub use cuda::packed::{exponent_form, set_exponent_form, ExponentForm, PackedExponents};
 pub use cuda::segments::SegmentIndex;
+pub use cuda::tile_order::{set_tile_members, tile_members_enabled, TileOrder};
 pub use error::{Df11Error, Result, UnitDefect};
 pub use format::config::{Df11Config, Pattern, PatternDict};
 pub use format::model::{Df11Model, Df11Unit};

@@ -7,6 +7,7 @@
 
 mod common;
 
+use df11_candle::cuda::tile_order::{member_orders, tile_members};
 use df11_candle::packed::unit_exponents;
 use df11_candle::{
     encode_unit, synth, DecodeTable, Df11Model, PackedExponents, SafetensorsIndex, UnitLayout,
@@ -25,15 +26,34 @@ fn cuda() -> candle_core::cuda_backend::CudaDevice {
 /// Builds the packed form both ways and checks they agree: both refuse, or both give the same
 /// arrays; a stream the CPU walk refuses is refused on the GPU too. Returns whether it packed.
 fn same_both_ways(t: &UnitTensors<'_>, ctx: &str) -> bool {
+    same_both_ways_shaped(t, &[], ctx)
+}
+
+/// [`same_both_ways`] with the members of known `shapes` in the tile order: the CPU side tiles
+/// the exponents and `sign_mantissa` with `tile_members` and packs (row order if that does not
+/// pack, as the loads do); the GPU build must give the same arrays and `sign_mantissa`.
+fn same_both_ways_shaped(
+    t: &UnitTensors<'_>,
+    shapes: &[Option<(usize, usize)>],
+    ctx: &str,
+) -> bool {
     let layout = UnitLayout::validate(t).unwrap_or_else(|d| panic!("{ctx}: {d}"));
     let table = DecodeTable::new(t.luts);
-    let cpu = unit_exponents(t, &layout, &table)
-        .map(|e| PackedExponents::build(&e, &layout.member_ranges()));
-    let gpu = df11_candle::cuda::build_on_gpu_to_host(&cuda(), t, &layout);
+    let members = layout.member_ranges();
+    let orders = member_orders(&members, shapes);
+    let cpu = unit_exponents(t, &layout, &table).map(|e| {
+        let tiled = tile_members(&e, &members, &orders).and_then(|te| {
+            let sm = tile_members(t.sign_mantissa, &members, &orders);
+            PackedExponents::build(&te, &members).map(|p| (p, sm))
+        });
+        tiled.or_else(|| PackedExponents::build(&e, &members).map(|p| (p, None)))
+    });
+    let gpu = df11_candle::cuda::build_on_gpu_to_host(&cuda(), t, &layout, &orders);
     match (cpu, gpu) {
         (Err(_), Err(_)) => false,
         (Ok(None), Ok(None)) => false,
-        (Ok(Some(c)), Ok(Some(g))) => {
+        (Ok(Some((c, csm))), Ok(Some((g, gsm)))) => {
+            assert!(csm == gsm, "{ctx}: tiled sign_mantissa differs");
             assert_eq!(c.tables, g.tables, "{ctx}: tables");
             assert_eq!(c.members, g.members, "{ctx}: members");
             assert!(c.codes == g.codes, "{ctx}: codes differ");
@@ -87,6 +107,46 @@ fn the_real_qwen3_4b_slice_packs_on_the_gpu_as_on_the_cpu() {
         split_positions: get("split_positions"),
     };
     same_both_ways(&t, "qwen3-4b slice");
+}
+
+#[test]
+fn tiled_units_pack_on_the_gpu_as_on_the_cpu() {
+    let (seed, mut rng) = common::seeded("tiled_units_pack_on_the_gpu_as_on_the_cpu");
+    // Qwen3-8B's members with a 16th of the rows; then Gemma-like 3840 and Mistral-like 5120
+    // columns (partial 2048-column chunks), a member that cannot be tiled (12 rows) between
+    // tiled ones, and one whose shape is not given.
+    let layer: Vec<(usize, usize)> = synth::QWEN3_8B_LAYER
+        .iter()
+        .map(|&(o, i)| (o / 16, i))
+        .collect();
+    let odd = vec![(16, 3840), (12, 512), (24, 5120), (8, 256), (40, 2304)];
+    for (shapes, ctx) in [(layer, "qwen3-like layer"), (odd, "odd shapes")] {
+        let ms: Vec<Vec<bf16>> = shapes
+            .iter()
+            .map(|&(r, c)| synth::normal_bf16(r * c, 0.02, rng.gen()))
+            .collect();
+        let bytes: Vec<&[u8]> = ms
+            .iter()
+            .map(|m| bytemuck::cast_slice::<bf16, u8>(m))
+            .collect();
+        let enc = encode_unit(&bytes).unwrap();
+        let mut given: Vec<Option<(usize, usize)>> = shapes.iter().copied().map(Some).collect();
+        if ctx == "odd shapes" {
+            given[3] = None;
+        }
+        let t = enc.tensors();
+        let layout = UnitLayout::validate(&t).unwrap();
+        let orders = member_orders(&layout.member_ranges(), &given);
+        let tiled = orders.iter().filter(|o| o.is_some()).count();
+        assert!(
+            tiled >= 3,
+            "{ctx} (seed {seed}): only {tiled} members tiled"
+        );
+        assert!(
+            same_both_ways_shaped(&t, &given, ctx),
+            "{ctx}: did not pack"
+        );
+    }
 }
 
 #[test]

@@ -10,7 +10,7 @@
 mod common;
 
 use candle_core::{DType, Device, Module};
-use common::products::{bits, check_against_reference, random_x, unit_of};
+use common::products::{bits, check_against_reference, random_x, unit_of, unit_of_shaped};
 use df11_candle::{
     encode_unit, fused_plan, set_matmul_path, synth, Df11Group, Df11Linear, ExponentForm,
     FusedKernel, MatmulPath, UnitLayout,
@@ -101,5 +101,63 @@ fn tensor_core_products_with_many_escapes_agree_with_the_twin() {
         assert!(bits(&ya) == bits(&yb), "{what}: DF11 differs from the twin");
         check_against_reference(&ya, &xh, &w, rows, cols, &what);
     }
+    g.check_status().unwrap();
+}
+
+#[test]
+fn tiled_members_decode_and_agree_with_the_twin_and_the_reference() {
+    set_matmul_path(MatmulPath::Fused);
+    df11_candle::set_tile_members(true);
+    let device = common::device();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
+    // Tiled: whole chunks, a partial chunk (768, 5120, 3840 columns), a member starting
+    // mid-chunk (after 8 x 768 = 6144 elements); not tiled: 13 rows between them.
+    let shapes = [
+        (16, 4096),
+        (8, 768),
+        (13, 256),
+        (24, 5120),
+        (16, 3840),
+        (8, 2048),
+    ];
+    let tileable = [true, true, false, true, true, true];
+    let (w, g) = unit_of_shaped(&shapes, rng.gen(), &device, ExponentForm::Packed, true);
+    let mut at = 0;
+    for (i, &(rows, cols)) in shapes.iter().enumerate() {
+        let wm = &w[at..at + rows * cols];
+        let want =
+            (device.is_cuda() && tileable[i]).then_some(df11_candle::TileOrder { rows, cols });
+        assert_eq!(g.tile_order(i), want, "member {i} [{rows}, {cols}]");
+        // Decode: the whole member, and ranges of rows and of elements that cut row groups.
+        let got: Vec<bf16> = g
+            .decode_elements(at..at + rows * cols)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert!(got == wm, "member {i}: decode differs");
+        for _ in 0..6 {
+            let a = rng.gen_range(0..rows * cols);
+            let b = rng.gen_range(a..=rows * cols);
+            let got: Vec<bf16> = g
+                .decode_elements(at + a..at + b)
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            assert!(got == wm[a..b], "member {i}: elements {a}..{b} differ");
+        }
+        at += rows * cols;
+        let fused = Df11Linear::new(g.clone(), i, rows, cols, None, DType::BF16).unwrap();
+        let twin = fused.clone().decoded().unwrap();
+        for batch in BATCHES {
+            let (xh, x) = random_x(&mut rng, batch, cols, &device);
+            let (ya, yb) = (fused.forward(&x).unwrap(), twin.forward(&x).unwrap());
+            let what = format!("tiled member {i} [{rows}, {cols}] batch {batch}");
+            assert!(bits(&ya) == bits(&yb), "{what}: DF11 differs from the twin");
+            check_against_reference(&ya, &xh, wm, rows, cols, &what);
+        }
+    }
+    // The whole unit decodes to the original (every member back in row order).
+    let all: Vec<bf16> = g.decode().unwrap().to_vec1().unwrap();
+    assert!(all == w, "whole-unit decode differs");
     g.check_status().unwrap();
 }

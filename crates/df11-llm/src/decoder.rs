@@ -86,6 +86,14 @@ impl DecoderLayer {
         } else {
             None
         };
+        // The layer's linears are one DF11 unit: declared before the first loads it, each is
+        // stored in the tensor-core tile order (`ModelWeights::declare_linear`).
+        for (name, out, inp) in SelfAttention::projections(spec) {
+            weights.declare_linear(&format!("{prefix}.self_attn.{name}"), out, inp);
+        }
+        for (name, out, inp) in GatedMlp::projections(spec) {
+            weights.declare_linear(&format!("{prefix}.mlp.{name}"), out, inp);
+        }
         Ok(Self {
             input_layernorm: layer_norm("input_layernorm")?,
             self_attn: SelfAttention::load(spec, weights, &format!("{prefix}.self_attn"))?,
@@ -204,6 +212,23 @@ impl SelfAttention {
             QkvProj::Fused(qkv) => vec![qkv],
         };
         all.push(&self.o_proj);
+        all
+    }
+
+    /// The projections' names and `[out, in]` shapes, as [`Self::load`] loads them.
+    fn projections(spec: &DecoderSpec) -> Vec<(&'static str, usize, usize)> {
+        let (hidden, d) = (spec.hidden_size, spec.head_dim);
+        let (heads, kv_heads) = (spec.num_attention_heads, spec.num_key_value_heads);
+        let mut all = if spec.fused_qkv {
+            vec![("qkv_proj", (heads + 2 * kv_heads) * d, hidden)]
+        } else {
+            vec![
+                ("q_proj", heads * d, hidden),
+                ("k_proj", kv_heads * d, hidden),
+                ("v_proj", kv_heads * d, hidden),
+            ]
+        };
+        all.push(("o_proj", hidden, heads * d));
         all
     }
 
@@ -461,6 +486,18 @@ impl GatedMlp {
             GateUpProj::Fused(gate_up) => vec![gate_up],
         };
         all.push(&self.down_proj);
+        all
+    }
+
+    /// The projections' names and `[out, in]` shapes, as [`Self::load`] loads them.
+    fn projections(spec: &DecoderSpec) -> Vec<(&'static str, usize, usize)> {
+        let (hidden, inter) = (spec.hidden_size, spec.intermediate_size);
+        let mut all = if spec.fused_gate_up {
+            vec![("gate_up_proj", 2 * inter, hidden)]
+        } else {
+            vec![("gate_proj", inter, hidden), ("up_proj", inter, hidden)]
+        };
+        all.push(("down_proj", hidden, inter));
         all
     }
 

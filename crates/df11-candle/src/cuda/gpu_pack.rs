@@ -21,6 +21,7 @@ use candle_core::{CudaStorage, Layout};
 use crate::cuda::launch::{launch_config_in, push_args};
 use crate::cuda::packed::{codes_of_table, members_pack, table_of_histogram, PackedExponents};
 use crate::cuda::packed_kernels::PackedBuffers;
+use crate::cuda::tile_order::TileOrder;
 use crate::error::{Df11Error, Result};
 use crate::format::unit::{UnitLayout, UnitTensors};
 
@@ -45,6 +46,10 @@ pub(crate) struct DevicePacked {
     n_escapes: usize,
     tables: Vec<[u8; 8]>,
     members: Vec<Range<usize>>,
+    /// Per member, its tile order if it is stored so.
+    orders: Vec<Option<TileOrder>>,
+    /// The unit's `sign_mantissa` in storage order, where a member is tiled.
+    sign_mantissa: Option<CudaSlice<u8>>,
 }
 
 impl DevicePacked {
@@ -63,10 +68,14 @@ impl DevicePacked {
         8.0 * self.device_bytes() as f64 / n as f64 <= crate::cuda::packed::MAX_BITS_PER_WEIGHT
     }
 
-    /// The buffers the packed kernels take.
-    pub(crate) fn into_buffers(self, device: &CudaDevice) -> candle_core::Result<PackedBuffers> {
+    /// The buffers the packed kernels take, and `sign_mantissa` in storage order where a member
+    /// is tiled (it replaces the file's).
+    pub(crate) fn into_buffers(
+        self,
+        device: &CudaDevice,
+    ) -> candle_core::Result<(PackedBuffers, Option<CudaSlice<u8>>)> {
         let bytes = self.device_bytes();
-        PackedBuffers::from_device(
+        let buffers = PackedBuffers::from_device(
             device,
             self.codes,
             self.chunk_escapes,
@@ -74,8 +83,10 @@ impl DevicePacked {
             self.escapes,
             &self.tables,
             self.members,
+            self.orders,
             bytes,
-        )
+        )?;
+        Ok((buffers, self.sign_mantissa))
     }
 
     /// The arrays copied back to the host, as [`PackedExponents`] holds them (for comparisons
@@ -95,14 +106,17 @@ impl DevicePacked {
 }
 
 /// Builds the packed form of a validated unit on `device` from its stream, `sign_mantissa`
-/// being the unit's `sign_mantissa` there. `Ok(None)` where the CPU build gives `None` (members
-/// that do not allow it, a chunk with more than 255 escapes before its last lane); a stream that
-/// does not decode is an [`Df11Error::InvalidUnit`].
+/// being the unit's `sign_mantissa` there; the members `orders` tiles are stored in the tile
+/// order (with a `sign_mantissa` in that order), unless that form does not pack and the row
+/// order does. `Ok(None)` where the CPU build gives `None` (members that do not allow it, a
+/// chunk with more than 255 escapes before its last lane); a stream that does not decode is an
+/// [`Df11Error::InvalidUnit`].
 pub(crate) fn build(
     device: &CudaDevice,
     name: &str,
     t: &UnitTensors<'_>,
     layout: &UnitLayout,
+    orders: &[Option<TileOrder>],
     sign_mantissa: (&CudaStorage, &Layout),
 ) -> Result<Option<DevicePacked>> {
     let n = layout.n_elements;
@@ -128,6 +142,67 @@ pub(crate) fn build(
         storage
     };
     let w = decoded.as_cuda_slice::<half::bf16>()?;
+    let orders = crate::cuda::tile_order::checked_orders(&members, orders).ok_or_else(|| {
+        Df11Error::Usage(format!("`{name}`: a tile order does not match its member"))
+    })?;
+    if orders.iter().any(Option::is_some) {
+        let (wt, sm) = tile(device, w, n, &members, &orders)?;
+        if let Some(mut p) = pack(device, name, &wt, n, &members)? {
+            p.orders = orders;
+            p.sign_mantissa = Some(sm);
+            return Ok(Some(p));
+        }
+    }
+    pack(device, name, w, n, &members)
+}
+
+/// The decoded values `w` in storage order (the members `orders` tiles in the tile order) and
+/// `sign_mantissa` in that order.
+fn tile(
+    device: &CudaDevice,
+    w: &CudaSlice<half::bf16>,
+    n: usize,
+    members: &[Range<usize>],
+    orders: &[Option<TileOrder>],
+) -> Result<(CudaSlice<half::bf16>, CudaSlice<u8>)> {
+    let ends: Vec<i64> = members.iter().map(|m| m.end as i64).collect();
+    let cols: Vec<i32> = orders
+        .iter()
+        .map(|o| o.map_or(0, |o| o.cols as i32))
+        .collect();
+    let (ends, cols) = (device.clone_htod(&ends)?, device.clone_htod(&cols)?);
+    // SAFETY: the kernel writes every element of both.
+    let mut wt = unsafe { device.alloc::<half::bf16>(n) }?;
+    let mut sm = unsafe { device.alloc::<u8>(n) }?;
+    let f = device.get_or_load_custom_func("df11_pack_tile", MODULE, PTX)?;
+    let (n_i64, nm) = (n as i64, members.len() as i32);
+    let mut b = f.builder();
+    push_args!(b; w, &n_i64, &ends, &cols, &nm, &mut wt, &mut sm);
+    let cfg = launch_config_in(
+        device,
+        MODULE,
+        PTX,
+        "df11_pack_tile",
+        0,
+        n.div_ceil(8 * 256),
+        CTAS,
+    )?;
+    // SAFETY: w, wt and sm hold n elements; member ends ascend to n; a tiled member's columns
+    // divide its size into whole groups of 8 rows (TileOrder::for_member), so every source index
+    // lies inside its member.
+    unsafe { b.launch(cfg) }.w()?;
+    Ok((wt, sm))
+}
+
+/// The packed form of the values `w` (storage order) of a unit of `n` elements, members in row
+/// order (the caller sets the orders and `sign_mantissa` of a tiled build).
+fn pack(
+    device: &CudaDevice,
+    name: &str,
+    w: &CudaSlice<half::bf16>,
+    n: usize,
+    members: &[Range<usize>],
+) -> Result<Option<DevicePacked>> {
     let stream = device.cuda_stream();
     let launch = |kernel: &'static str, work: usize| {
         launch_config_in(device, MODULE, PTX, kernel, 0, work, CTAS)
@@ -224,23 +299,33 @@ pub(crate) fn build(
         escapes,
         n_escapes: total,
         tables,
-        members,
+        members: members.to_vec(),
+        orders: vec![None; members.len()],
+        sign_mantissa: None,
     }))
 }
 
-/// The GPU build of a validated unit's packed form, copied back to the host: `Ok(None)` where
+/// The GPU build of a validated unit's packed form (members `orders` tiles in the tile order),
+/// copied back to the host with its `sign_mantissa` where a member is tiled: `Ok(None)` where
 /// there is none. For the GPU suite's comparison with [`PackedExponents::build`].
 #[doc(hidden)]
 pub fn build_on_gpu_to_host(
     device: &CudaDevice,
     t: &UnitTensors<'_>,
     layout: &UnitLayout,
-) -> Result<Option<PackedExponents>> {
+    orders: &[Option<TileOrder>],
+) -> Result<Option<(PackedExponents, Option<Vec<u8>>)>> {
     let sm = device.clone_htod(t.sign_mantissa)?;
     let storage = CudaStorage::wrap_cuda_slice(sm, device.clone());
     let sm_layout = Layout::contiguous(t.sign_mantissa.len());
-    match build(device, "<unit>", t, layout, (&storage, &sm_layout))? {
-        Some(p) => Ok(Some(p.to_host(device)?)),
+    match build(device, "<unit>", t, layout, orders, (&storage, &sm_layout))? {
+        Some(p) => {
+            let sm = match &p.sign_mantissa {
+                Some(s) => Some(device.clone_dtoh(s)?),
+                None => None,
+            };
+            Ok(Some((p.to_host(device)?, sm)))
+        }
         None => Ok(None),
     }
 }

@@ -57,7 +57,9 @@ pub const FUSED_LIMIT_ROWS: usize = 8;
 
 /// Rows (tokens) from which [`MatmulPath::Auto`] takes the tensor-core kernels, where the shape
 /// allows them (below, the CUDA-core kernels are faster; docs/PERFORMANCE.md, "Tensor-core fused
-/// products").
+/// products"). While units tile their members ([`crate::tile_members_enabled`]) the
+/// tensor-core kernels take every batch size from 1 row: the CUDA-core kernels cannot read a
+/// tiled member.
 pub const TC_MIN_ROWS: usize = 3;
 
 /// Rows (tokens) up to which [`MatmulPath::Auto`] takes the tensor-core kernels (above, decode +
@@ -133,11 +135,17 @@ pub fn fused_plan(rows: usize, cols: usize, device: &Device) -> Option<FusedKern
         return None;
     }
     let tc = KERNEL.get().is_none() && tc_shape(cols) && tensor_cores(device);
+    // A setting, not the weight format: a BF16 model in the same process plans alike.
+    let tc_min = if crate::tile_members_enabled() {
+        1
+    } else {
+        TC_MIN_ROWS
+    };
     match (matmul_path(), tc) {
         (MatmulPath::Decode, _) => None,
         (MatmulPath::Fused, true) => Some(FusedKernel::TensorCore),
         (MatmulPath::Fused, false) => Some(FusedKernel::CudaCore),
-        (MatmulPath::Auto, true) if (TC_MIN_ROWS..=TC_MAX_ROWS).contains(&rows) => {
+        (MatmulPath::Auto, true) if (tc_min..=TC_MAX_ROWS).contains(&rows) => {
             Some(FusedKernel::TensorCore)
         }
         (MatmulPath::Auto, _) if rows <= FUSED_MAX_ROWS => Some(FusedKernel::CudaCore),

@@ -6,6 +6,7 @@
 //!   where it fits);
 //! - [`segments`]: the Huffman stream as in the file plus the bit offset of every 64th weight.
 //!
+//! [`tile_order`]: the order a member matrix may be stored in for the tensor-core kernels.
 //! These builders (the packed form from `exponent_walk`'s checked CPU decode), and [`matmul`] (which path a product takes), are plain host code, compiled
 //! and tested everywhere (`setting`: how the matmul path and the exponent form are set and read
 //! from the environment). With the `cuda` feature the launch code comes in (`kernels/*.cu`,
@@ -33,6 +34,7 @@ pub mod matmul;
 pub mod packed;
 pub mod segments;
 mod setting;
+pub mod tile_order;
 
 #[cfg(feature = "cuda")]
 pub mod decode_step;

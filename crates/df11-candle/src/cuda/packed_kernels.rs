@@ -19,6 +19,7 @@ use crate::cuda::launch::{
     push_args, CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE, PTX,
 };
 use crate::cuda::packed::PackedExponents;
+use crate::cuda::tile_order::TileOrder;
 use crate::cuda::upload::{HostArray, Uploader};
 
 const DECODE_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_packed.ptx"));
@@ -37,9 +38,20 @@ pub(crate) struct PackedBuffers {
     tables: CudaSlice<u32>,
     host_tables: Vec<[u32; 2]>,
     member_ends: CudaSlice<i64>,
+    /// Per member, the columns of a member stored in the tile order, else 0.
+    member_cols: CudaSlice<i32>,
     members: Vec<Range<usize>>,
+    orders: Vec<Option<TileOrder>>,
     n_elements: usize,
     bytes: usize,
+}
+
+/// The decode kernel's per-member column counts: a tiled member's columns, else 0.
+fn member_cols(orders: &[Option<TileOrder>]) -> Vec<i32> {
+    orders
+        .iter()
+        .map(|o| o.map_or(0, |o| o.cols as i32))
+        .collect()
 }
 
 /// A member's table as the kernels take it: codes 0-3 and 4-7 as little-endian words.
@@ -62,13 +74,17 @@ pub(crate) struct PackedHost {
     tables: HostArray<u32>,
     host_tables: Vec<[u32; 2]>,
     member_ends: HostArray<i64>,
+    member_cols: HostArray<i32>,
     members: Vec<Range<usize>>,
+    orders: Vec<Option<TileOrder>>,
     n_elements: usize,
     bytes: usize,
 }
 
 impl PackedHost {
-    pub(crate) fn new(p: PackedExponents) -> Self {
+    /// The form of `p`, built over a unit whose members are in `orders` (one per member).
+    pub(crate) fn new(p: PackedExponents, orders: Vec<Option<TileOrder>>) -> Self {
+        debug_assert_eq!(orders.len(), p.members.len());
         let host_tables: Vec<[u32; 2]> = p.tables.iter().map(table_words).collect();
         let flat: Vec<u32> = host_tables.iter().flatten().copied().collect();
         let ends: Vec<i64> = p.members.iter().map(|m| m.end as i64).collect();
@@ -84,7 +100,9 @@ impl PackedHost {
             tables: flat.into(),
             host_tables,
             member_ends: ends.into(),
+            member_cols: member_cols(&orders).into(),
             members: p.members,
+            orders,
             n_elements,
             bytes,
         }
@@ -97,7 +115,8 @@ impl PackedHost {
         self.lane_starts.pin(ctx)?;
         self.escapes.pin(ctx)?;
         self.tables.pin(ctx)?;
-        self.member_ends.pin(ctx)
+        self.member_ends.pin(ctx)?;
+        self.member_cols.pin(ctx)
     }
 
     /// Host bytes of the arrays.
@@ -108,6 +127,7 @@ impl PackedHost {
             + self.escapes.bytes()
             + self.tables.bytes()
             + self.member_ends.bytes()
+            + self.member_cols.bytes()
     }
 }
 
@@ -124,6 +144,7 @@ impl PackedBuffers {
         escapes: CudaSlice<u8>,
         tables: &[[u8; 8]],
         members: Vec<Range<usize>>,
+        orders: Vec<Option<TileOrder>>,
         bytes: usize,
     ) -> candle_core::Result<Self> {
         let host_tables: Vec<[u32; 2]> = tables.iter().map(table_words).collect();
@@ -139,8 +160,10 @@ impl PackedBuffers {
             tables: device.clone_htod(&flat)?,
             host_tables,
             member_ends: device.clone_htod(&ends)?,
+            member_cols: device.clone_htod(&member_cols(&orders))?,
             n_elements: members.last().map_or(0, |m| m.end),
             members,
+            orders,
             bytes,
         })
     }
@@ -157,7 +180,9 @@ impl PackedBuffers {
             tables: up.put(&p.tables)?,
             host_tables: p.host_tables.clone(),
             member_ends: up.put(&p.member_ends)?,
+            member_cols: up.put(&p.member_cols)?,
             members: p.members.clone(),
+            orders: p.orders.clone(),
             n_elements: p.n_elements,
             bytes: p.bytes,
         })
@@ -179,6 +204,48 @@ impl PackedBuffers {
     /// `elements`, if one does.
     pub(crate) fn table_of(&self, elements: &Range<usize>) -> Option<[u32; 2]> {
         self.member_of(elements).map(|m| self.host_tables[m])
+    }
+
+    /// How the `[rows, cols]` matrix at unit element `base` is stored, if one member holds it:
+    /// `Some(true)` when it is a whole member in the tile order, `Some(false)` in row order (a
+    /// part of a tiled member is neither: `None`).
+    pub(crate) fn matrix_order(&self, base: usize, rows: usize, cols: usize) -> Option<bool> {
+        let range = base..base.checked_add(rows.checked_mul(cols)?)?;
+        let m = self.member_of(&range)?;
+        match self.orders[m] {
+            None => Some(false),
+            Some(o) => {
+                (self.members[m] == range && o.rows == rows && o.cols == cols).then_some(true)
+            }
+        }
+    }
+
+    /// Member `member`'s tile order, if it is stored so.
+    pub(crate) fn tile_order(&self, member: usize) -> Option<TileOrder> {
+        self.orders.get(member).copied().flatten()
+    }
+
+    /// The storage elements holding row-major unit elements `elements`: the same range, widened
+    /// in a tiled member to whole groups of 8 rows.
+    fn storage_of(&self, elements: &Range<usize>) -> Range<usize> {
+        if elements.is_empty() {
+            return elements.clone();
+        }
+        // The tiled member holding element j: its start and the elements of 8 of its rows.
+        let group_of = |j: usize| {
+            let m = self.members.iter().position(|m| m.contains(&j))?;
+            let o = self.orders[m]?;
+            Some((self.members[m].start, 8 * o.cols))
+        };
+        let start = match group_of(elements.start) {
+            Some((s, g)) => s + (elements.start - s) / g * g,
+            None => elements.start,
+        };
+        let end = match group_of(elements.end - 1) {
+            Some((s, g)) => s + (elements.end - s).div_ceil(g) * g,
+            None => elements.end,
+        };
+        start..end
     }
 
     /// Elements of the unit.
@@ -296,8 +363,16 @@ pub(crate) fn decode_packed_on(
     let len = elements.len();
     let out = crate::cuda::launch::alloc_out(&dev, len)?;
     if len > 0 {
-        let name = "df11_decode_packed";
-        let chunks = elements.end.div_ceil(2048) - elements.start / 2048;
+        // Units with a tiled member take the kernel that writes each 8-group to its row-major
+        // place (visiting whole row groups of tiled members); the others the plain one.
+        let tiled = unit.orders.iter().any(Option::is_some);
+        let name = if tiled {
+            "df11_decode_packed_tiled"
+        } else {
+            "df11_decode_packed"
+        };
+        let visit = unit.storage_of(&elements);
+        let chunks = visit.end.div_ceil(2048) - visit.start / 2048;
         // 256 threads, a chunk per warp, at most 4 CTAs per SM resident at once.
         let cfg = launch_config(&dev, name, 0, chunks.div_ceil(8))?;
         let func = dev.get_or_load_custom_func(name, DECODE_MODULE, DECODE_PTX)?;
@@ -305,12 +380,20 @@ pub(crate) fn decode_packed_on(
         let n_members = unit.members.len() as i32;
         let n_elements = unit.n_elements as i64;
         let (begin, end) = (elements.start as i64, elements.end as i64);
+        let (visit_begin, visit_end) = (visit.start as i64, visit.end as i64);
         let mut b = func.builder();
         unit.push_packed(&mut b);
-        push_args!(b; &unit.tables, &unit.member_ends, &n_members, sm, &n_elements);
-        push_args!(b; &out, &begin, &end);
-        // SAFETY: out holds elements.len() values, written at j - begin for j in elements; the
-        // packed buffers cover the unit.
+        if tiled {
+            push_args!(b; &unit.tables, &unit.member_ends, &unit.member_cols, &n_members, sm);
+            push_args!(b; &n_elements, &out, &begin, &end, &visit_begin, &visit_end);
+        } else {
+            push_args!(b; &unit.tables, &unit.member_ends, &n_members, sm, &n_elements);
+            push_args!(b; &out, &begin, &end);
+        }
+        // SAFETY: out holds elements.len() values, written at o - begin for the row-major
+        // elements o in `elements` only (tiled: the visited storage range, whole row groups of
+        // tiled members, lies inside the unit, and member_cols is what the kernel expects per
+        // member; plain: o is the storage element itself); the packed buffers cover the unit.
         unsafe { b.launch(cfg) }.w()?;
     }
     Ok((CudaStorage::wrap_cuda_slice(out, owner), Shape::from(len)))

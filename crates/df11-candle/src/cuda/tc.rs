@@ -135,7 +135,8 @@ fn config(
 
 /// The tensor-core DF11 product over packed exponents: arguments `sign_mantissa` (the whole unit)
 /// and `x` `[nb, cols]`; result `[nb, rows]` = x · Wᵀ for the member matrix at unit element `base`
-/// (a multiple of 256, inside one member).
+/// (a multiple of 256, inside one member in row order, or a whole member in the tile order,
+/// `crate::cuda::tile_order`).
 pub(crate) struct PackedTcOp<'a> {
     pub(crate) unit: &'a PackedBuffers,
     pub(crate) base: usize,
@@ -146,9 +147,7 @@ pub(crate) struct PackedTcOp<'a> {
 impl PackedTcOp<'_> {
     /// Whether the op takes the member matrix `[rows, cols]` at `base` of `unit`.
     pub(crate) fn takes(unit: &PackedBuffers, base: usize, rows: usize, cols: usize) -> bool {
-        tc_shape(cols)
-            && base.is_multiple_of(256)
-            && unit.table_of(&(base..base + rows * cols)).is_some()
+        tc_shape(cols) && base.is_multiple_of(256) && unit.matrix_order(base, rows, cols).is_some()
     }
 }
 
@@ -169,14 +168,17 @@ impl CudaOp2 for PackedTcOp<'_> {
             candle_core::bail!("df11: sign_mantissa must be the unit's whole contiguous buffer");
         }
         let nb = check_rows(x_l, cols, TC_LIMIT_ROWS)?;
-        let Some([t0, t1]) = (base.is_multiple_of(256))
-            .then(|| u.table_of(&(base..base + rows * cols)))
-            .flatten()
-        else {
+        let (Some([t0, t1]), Some(tiled)) = (
+            u.table_of(&(base..base + rows * cols)),
+            u.matrix_order(base, rows, cols),
+        ) else {
             candle_core::bail!(
-                "df11: the [{rows}, {cols}] matrix at element {base} is not a 256-aligned part of one member"
+                "df11: the [{rows}, {cols}] matrix at element {base} is not a part of one member in row order or a whole tiled member"
             );
         };
+        if !base.is_multiple_of(256) {
+            candle_core::bail!("df11: the matrix at element {base} is not 256-aligned");
+        }
         let tiling = TcTiling::new(rows, cols, nb)?;
         let (cfg, _) = config(&dev, &tiling, false, rows, nb)?;
         let xv = bf16_view(x, x_l, "x")?;
@@ -185,11 +187,13 @@ impl CudaOp2 for PackedTcOp<'_> {
         let sm = sm.as_cuda_slice::<u8>()?;
         let (nb_, rows_, cols_, base_) = (nb as i32, rows as i32, cols as i32, base as i64);
         let (groups, steps) = (tiling.tile_groups as i32, tiling.steps as i32);
+        let tiled = tiled as i32;
         let mut b = func.builder();
         u.push_packed(&mut b);
         push_args!(b; &t0, &t1, sm);
-        push_args!(b; &xv, &out, &nb_, &rows_, &cols_, &base_, &groups, &steps);
-        // SAFETY: the matrix lies inside one member of the unit (table_of), base and cols are
+        push_args!(b; &xv, &out, &nb_, &rows_, &cols_, &base_, &groups, &steps, &tiled);
+        // SAFETY: the matrix lies inside one member of the unit (table_of), in row order or the
+        // whole member in the tile order (matrix_order: rows % 8 == 0 there), base and cols are
         // multiples of 256, x holds nb rows of cols; the packed buffers cover the unit and escape
         // reads are clamped in the kernel.
         unsafe { b.launch(cfg) }.w()?;

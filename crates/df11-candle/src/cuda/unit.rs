@@ -18,6 +18,7 @@ use candle_core::{CudaStorage, Layout, Shape};
 use crate::codec::decode::{block_elements, decode_base};
 use crate::cuda::launch::push_args;
 use crate::cuda::packed::{unit_exponents, ExponentForm, PackedExponents};
+use crate::cuda::tile_order::{tile_members, TileOrder};
 use crate::cuda::upload::{HostArray, Uploader};
 use crate::error::{Df11Error, Result, UnitDefect};
 use crate::format::unit::{UnitLayout, UnitTensors};
@@ -157,13 +158,16 @@ impl HuffmanHost {
 impl HostExponents {
     /// Builds the device form `form` asks for (`auto`: packed where it fits). Either way the
     /// whole stream is decoded on the CPU first (with every check), so a corrupt unit is
-    /// refused here with a typed error.
+    /// refused here with a typed error. A packed form stores the members `orders` tiles in the
+    /// tile order (`crate::cuda::tile_order`); it then comes with the unit's `sign_mantissa` in
+    /// that order, which replaces the file's.
     pub(crate) fn build(
         name: &str,
         t: &UnitTensors<'_>,
         layout: &UnitLayout,
         form: ExponentForm,
-    ) -> Result<Self> {
+        orders: &[Option<TileOrder>],
+    ) -> Result<(Self, Option<Vec<u8>>)> {
         let invalid = |defect| Df11Error::InvalidUnit {
             path: std::path::PathBuf::from(format!("<loaded copy of {name}>")),
             unit: name.to_string(),
@@ -172,11 +176,27 @@ impl HostExponents {
         let table = crate::codec::decode::DecodeTable::new(t.luts);
         if form != ExponentForm::Huffman {
             let exponents = unit_exponents(t, layout, &table).map_err(invalid)?;
-            if let Some(p) = PackedExponents::build(&exponents, &layout.member_ranges()) {
+            let members = layout.member_ranges();
+            let orders =
+                crate::cuda::tile_order::checked_orders(&members, orders).ok_or_else(|| {
+                    Df11Error::Usage(format!("`{name}`: a tile order does not match its member"))
+                })?;
+            let orders = orders.as_slice();
+            // Tiled where asked; row order if the tiled form does not pack (a chunk of the new
+            // order with too many escapes).
+            let tiled = tile_members(&exponents, &members, orders).and_then(|e| {
+                let p = PackedExponents::build(&e, &members)?;
+                let sm = tile_members(t.sign_mantissa, &members, orders)?;
+                Some((p, orders.to_vec(), Some(sm)))
+            });
+            let packed = tiled.or_else(|| {
+                let p = PackedExponents::build(&exponents, &members)?;
+                Some((p, vec![None; members.len()], None))
+            });
+            if let Some((p, orders, sign_mantissa)) = packed {
                 if form == ExponentForm::Packed || p.fits() {
-                    return Ok(Self::Packed(crate::cuda::packed_kernels::PackedHost::new(
-                        p,
-                    )));
+                    let host = crate::cuda::packed_kernels::PackedHost::new(p, orders);
+                    return Ok((Self::Packed(host), sign_mantissa));
                 }
             }
         }
@@ -184,7 +204,7 @@ impl HostExponents {
         let segments = crate::cuda::segments::SegmentIndex::build(t, layout, &table)
             .map_err(invalid)?
             .map(crate::cuda::fused::SegmentHost::new);
-        Ok(Self::Huffman(HuffmanHost::new(t, layout, segments)))
+        Ok((Self::Huffman(HuffmanHost::new(t, layout, segments)), None))
     }
 
     /// Moves the arrays into pinned memory of `device` (for staging).
@@ -233,35 +253,49 @@ impl HostExponents {
 impl CudaUnit {
     /// Puts a unit's exponents on `device` in `form`: the packed form built on the GPU
     /// from the stream (`crate::cuda::gpu_pack`, with `sign_mantissa` already there) where it
-    /// applies, else [`HostExponents::build`] on the CPU, then [`CudaUnit::upload`].
+    /// applies, else [`HostExponents::build`] on the CPU, then [`CudaUnit::upload`]. A packed
+    /// form stores the members `orders` tiles in the tile order and comes with the unit's
+    /// `sign_mantissa` in that order (on the device), which replaces the file's.
     pub(crate) fn new(
         device: &CudaDevice,
         name: &str,
         t: &UnitTensors<'_>,
         layout: &UnitLayout,
         form: ExponentForm,
+        orders: &[Option<TileOrder>],
         sign_mantissa: (&CudaStorage, &Layout),
-    ) -> Result<Self> {
+    ) -> Result<(Self, Option<CudaSlice<u8>>)> {
         if form != ExponentForm::Huffman && crate::cuda::gpu_pack::enabled() {
             keep_pool_memory(device);
-            let built = crate::cuda::gpu_pack::build(device, name, t, layout, sign_mantissa)?;
+            let built =
+                crate::cuda::gpu_pack::build(device, name, t, layout, orders, sign_mantissa)?;
             match built {
                 Some(p) if form == ExponentForm::Packed || p.fits() => {
+                    let (buffers, sm) = p.into_buffers(device)?;
                     let unit = Self {
                         device: device.clone(),
-                        exponents: Exponents::Packed(p.into_buffers(device)?),
+                        exponents: Exponents::Packed(buffers),
                     };
-                    return unit.debug_sync();
+                    return Ok((unit.debug_sync()?, sm));
                 }
                 // No packed form, or too large for `auto`: the Huffman form, as on the CPU.
                 _ => {
-                    let host = HostExponents::build(name, t, layout, ExponentForm::Huffman)?;
-                    return Self::upload(&Uploader::Now(device), &host)?.debug_sync();
+                    let (host, _) =
+                        HostExponents::build(name, t, layout, ExponentForm::Huffman, &[])?;
+                    let unit = Self::upload(&Uploader::Now(device), &host)?.debug_sync()?;
+                    return Ok((unit, None));
                 }
             }
         }
-        let host = HostExponents::build(name, t, layout, form)?;
-        Self::upload(&Uploader::Now(device), &host)?.debug_sync()
+        let (host, sm) = HostExponents::build(name, t, layout, form, orders)?;
+        let sm = match sm {
+            Some(sm) => Some(device.clone_htod(&sm)?),
+            None => None,
+        };
+        Ok((
+            Self::upload(&Uploader::Now(device), &host)?.debug_sync()?,
+            sm,
+        ))
     }
 
     /// With `DF11_DEBUG_SYNC=load|all`, waits for the unit's copies and builds (the host arrays

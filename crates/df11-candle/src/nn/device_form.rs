@@ -101,16 +101,18 @@ impl OnDevice {
     }
 }
 
-/// Puts validated unit tensors on `device` (exponents in `form` on CUDA).
+/// Puts validated unit tensors on `device` (exponents in `form` on CUDA; a packed form stores
+/// the members `orders` tiles in the tile order, `sign_mantissa` too).
 pub(crate) fn upload(
     name: &str,
     t: &UnitTensors<'_>,
     layout: &UnitLayout,
     device: &Device,
     form: crate::ExponentForm,
+    orders: &[Option<crate::cuda::tile_order::TileOrder>],
 ) -> Result<OnDevice> {
     #[cfg(not(feature = "cuda"))]
-    let _ = (name, layout, form);
+    let _ = (name, layout, form, orders);
     match device {
         Device::Cpu => OnDevice::on_cpu(t.sign_mantissa, t.encoded_exponent, t.luts, t.gaps),
         #[cfg(feature = "cuda")]
@@ -122,9 +124,28 @@ pub(crate) fn upload(
                     "sign_mantissa is not on the CUDA device".into(),
                 ));
             };
-            let unit =
-                crate::cuda::unit::CudaUnit::new(dev, name, t, layout, form, (sm, sm_layout))?;
+            let (unit, tiled) = crate::cuda::unit::CudaUnit::new(
+                dev,
+                name,
+                t,
+                layout,
+                form,
+                orders,
+                (sm, sm_layout),
+            )?;
             drop(storage);
+            let sign_mantissa = match tiled {
+                Some(s) => Tensor::from_storage(
+                    candle_core::Storage::Cuda(candle_core::CudaStorage::wrap_cuda_slice(
+                        s,
+                        dev.clone(),
+                    )),
+                    t.sign_mantissa.len(),
+                    candle_core::op::BackpropOp::none(),
+                    false,
+                ),
+                None => sign_mantissa,
+            };
             Ok(OnDevice {
                 sign_mantissa,
                 store: Store::Cuda(unit),

@@ -71,7 +71,7 @@ impl Df11Group {
         device: &Device,
         form: crate::ExponentForm,
     ) -> Result<Arc<Self>> {
-        Self::load_as(model, unit, device, form, false)
+        Self::load_shaped(model, unit, device, form, false, &[])
     }
 
     /// [`Self::load_with_form`], offloaded ([`Self::new_offloaded`]).
@@ -81,20 +81,23 @@ impl Df11Group {
         device: &Device,
         form: crate::ExponentForm,
     ) -> Result<Arc<Self>> {
-        Self::load_as(model, unit, device, form, true)
+        Self::load_shaped(model, unit, device, form, true, &[])
     }
 
-    /// A unit of an opened model, resident or offloaded; a defect names the model's file.
-    fn load_as(
+    /// A unit of an opened model, resident or offloaded, with the shapes of its members where
+    /// the caller knows them (see [`Self::new_shaped`]); a defect names the model's file.
+    pub fn load_shaped(
         model: &Df11Model,
         unit: &Df11Unit,
         device: &Device,
         form: crate::ExponentForm,
         offloaded: bool,
+        shapes: &[Option<(usize, usize)>],
     ) -> Result<Arc<Self>> {
         let t = model.unit_tensors(unit)?;
         let (name, members, layout) = (&unit.name, unit.members.clone(), unit.layout.clone());
-        Self::build(name, members, &t, layout, device, form, offloaded).map_err(|e| match e {
+        let built = Self::build(name, members, &t, layout, device, form, offloaded, shapes);
+        built.map_err(|e| match e {
             Df11Error::InvalidUnit { defect, .. } => model.invalid(unit, defect),
             other => other,
         })
@@ -125,7 +128,26 @@ impl Df11Group {
         device: &Device,
         form: crate::ExponentForm,
     ) -> Result<Arc<Self>> {
-        Self::build(name, members, t, layout, device, form, false)
+        Self::build(name, members, t, layout, device, form, false, &[])
+    }
+
+    /// [`Self::new_with_form`] with the shapes `[rows, cols]` of the members where the caller
+    /// knows them (`shapes[i]` for member `i`; missing or `None`: unknown). On CUDA, in the
+    /// packed form, while [`crate::tile_members_enabled`] (`DF11_TILE=on`; off by default), a
+    /// member whose shape suits the tensor-core kernels is stored in their tile order
+    /// (`crate::cuda::tile_order`): the products read it in long runs. Decoded weights and
+    /// products are the same bits either way; a tiled member is used through the tensor-core
+    /// kernels (or decoded), never the CUDA-core fused kernels.
+    pub fn new_shaped(
+        name: &str,
+        members: Vec<String>,
+        t: &UnitTensors<'_>,
+        layout: UnitLayout,
+        device: &Device,
+        form: crate::ExponentForm,
+        shapes: &[Option<(usize, usize)>],
+    ) -> Result<Arc<Self>> {
+        Self::build(name, members, t, layout, device, form, false, shapes)
     }
 
     /// Like [`Self::new_with_form`], but the unit is offloaded: its device form is built now
@@ -139,9 +161,10 @@ impl Df11Group {
         device: &Device,
         form: crate::ExponentForm,
     ) -> Result<Arc<Self>> {
-        Self::build(name, members, t, layout, device, form, true)
+        Self::build(name, members, t, layout, device, form, true, &[])
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn build(
         name: &str,
         members: Vec<String>,
@@ -150,13 +173,19 @@ impl Df11Group {
         device: &Device,
         form: crate::ExponentForm,
         offloaded: bool,
+        shapes: &[Option<(usize, usize)>],
     ) -> Result<Arc<Self>> {
+        let orders = if crate::tile_members_enabled() {
+            crate::cuda::tile_order::member_orders(&layout.member_ranges(), shapes)
+        } else {
+            Vec::new()
+        };
         let residency = if offloaded {
             Residency::Offloaded(Box::new(crate::nn::offload::Offloaded::new(
-                name, t, &layout, device, form,
+                name, t, &layout, device, form, &orders,
             )?))
         } else {
-            Residency::Resident(Box::new(upload(name, t, &layout, device, form)?))
+            Residency::Resident(Box::new(upload(name, t, &layout, device, form, &orders)?))
         };
         let group = Arc::new(Self {
             name: name.to_string(),
@@ -342,6 +371,19 @@ impl Df11Group {
             && cols.is_multiple_of(8)
     }
 
+    /// Member `member`'s tile order, if its device form stores it so (CUDA, packed, shape given
+    /// at load and suited: [`Self::new_shaped`]).
+    pub fn tile_order(&self, member: usize) -> Option<crate::TileOrder> {
+        #[cfg(feature = "cuda")]
+        if let Ok(on) = self.on_device() {
+            if let Store::Cuda(c) = &on.store {
+                return c.packed().and_then(|p| p.tile_order(member));
+            }
+        }
+        let _ = member;
+        None
+    }
+
     /// Whether the unit's exponents are kept packed on its device ([`crate::cuda::packed`]).
     pub fn is_packed(&self) -> bool {
         match &self.residency {
@@ -381,7 +423,11 @@ impl Df11Group {
                 };
                 return Ok(on.sign_mantissa.apply_op2_no_bwd(x2, &op)?);
             }
-            (FusedKernel::CudaCore, Some(unit)) if self.can_fuse(base, cols) => {
+            // A member in the tile order is read by the tensor-core kernels only.
+            (FusedKernel::CudaCore, Some(unit))
+                if self.can_fuse(base, cols)
+                    && unit.matrix_order(base, rows, cols) == Some(false) =>
+            {
                 let op = PackedGemvOp {
                     unit,
                     base,

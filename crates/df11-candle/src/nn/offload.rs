@@ -32,7 +32,7 @@ enum HostForm {
     #[cfg(feature = "cuda")]
     Cuda {
         sign_mantissa: crate::cuda::upload::HostArray<u8>,
-        exponents: crate::cuda::unit::HostExponents,
+        exponents: Box<crate::cuda::unit::HostExponents>,
     },
 }
 
@@ -60,9 +60,10 @@ impl Offloaded {
         layout: &UnitLayout,
         device: &Device,
         form: crate::ExponentForm,
+        orders: &[Option<crate::cuda::tile_order::TileOrder>],
     ) -> Result<Self> {
         #[cfg(not(feature = "cuda"))]
-        let _ = (name, form);
+        let _ = (name, form, orders);
         let host = match device {
             Device::Cpu => HostForm::Cpu {
                 sign_mantissa: t.sign_mantissa.to_vec(),
@@ -72,14 +73,15 @@ impl Offloaded {
             },
             #[cfg(feature = "cuda")]
             Device::Cuda(dev) => {
-                let mut exponents = crate::cuda::unit::HostExponents::build(name, t, layout, form)?;
+                let (mut exponents, tiled) =
+                    crate::cuda::unit::HostExponents::build(name, t, layout, form, orders)?;
                 exponents.pin(dev)?;
                 let mut sign_mantissa: crate::cuda::upload::HostArray<u8> =
-                    t.sign_mantissa.to_vec().into();
+                    tiled.unwrap_or_else(|| t.sign_mantissa.to_vec()).into();
                 sign_mantissa.pin(&dev.cuda_stream().context().clone())?;
                 HostForm::Cuda {
                     sign_mantissa,
-                    exponents,
+                    exponents: Box::new(exponents),
                 }
             }
             other => {

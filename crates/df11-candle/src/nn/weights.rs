@@ -85,6 +85,9 @@ enum Source {
         /// one GPU have their own tensors), offloaded or not, and unit name: a unit two modules
         /// share (a tied embedding and output projection) is put on each device once.
         groups: Mutex<HashMap<(String, bool, String), Arc<Df11Group>>>,
+        /// `[out, in]` of linear weights declared before their units load
+        /// ([`ModelWeights::declare_linear`]).
+        shapes: Mutex<HashMap<String, (usize, usize)>>,
     },
     Dense(SafetensorsIndex),
 }
@@ -144,6 +147,7 @@ impl ModelWeights {
             WeightFormat::Df11 | WeightFormat::Df11DecodedAtLoad => Source::Df11 {
                 model: Box::new(Df11Model::open(dir)?),
                 groups: Mutex::new(HashMap::new()),
+                shapes: Mutex::new(HashMap::new()),
             },
             WeightFormat::Dense => {
                 let index = SafetensorsIndex::open_dir(dir)?;
@@ -306,7 +310,12 @@ impl ModelWeights {
     }
 
     fn group_of(&self, weight: &str) -> Result<Option<(Arc<Df11Group>, usize)>> {
-        let Source::Df11 { model, groups } = &*self.source else {
+        let Source::Df11 {
+            model,
+            groups,
+            shapes,
+        } = &*self.source
+        else {
             return Ok(None);
         };
         let Some((unit, member)) = model.find_member(weight) else {
@@ -321,16 +330,35 @@ impl ModelWeights {
         let g = match cache.get(&key) {
             Some(g) => g.clone(),
             None => {
-                let g = if self.offload {
-                    Df11Group::load_offloaded(model, unit, &self.device, crate::exponent_form())?
-                } else {
-                    Df11Group::load(model, unit, &self.device)?
+                let shapes: Vec<Option<(usize, usize)>> = {
+                    let declared = shapes.lock().expect("shape lock");
+                    unit.members
+                        .iter()
+                        .map(|m| declared.get(m).copied())
+                        .collect()
                 };
+                let form = crate::exponent_form();
+                let g =
+                    Df11Group::load_shaped(model, unit, &self.device, form, self.offload, &shapes)?;
                 cache.insert(key, g.clone());
                 g
             }
         };
         Ok(Some((g, member)))
+    }
+
+    /// Declares that module `module` is a linear layer of `[out_features, in_features]`, ahead of
+    /// [`Self::linear`]. A compressed unit loaded afterwards stores its declared members in the
+    /// tensor-core tile order on CUDA ([`Df11Group::new_shaped`]): a unit loads at its first
+    /// member's use, so declaring every linear of a layer before loading any lets all of them
+    /// be tiled. [`Self::linear`] declares its own. Nothing for dense folders.
+    pub fn declare_linear(&self, module: &str, out_features: usize, in_features: usize) {
+        if let Source::Df11 { shapes, .. } = &*self.source {
+            shapes
+                .lock()
+                .expect("shape lock")
+                .insert(format!("{module}.weight"), (out_features, in_features));
+        }
     }
 
     /// The linear layer of module `module` (weight `module.weight`, optional `module.bias`).
@@ -341,6 +369,7 @@ impl ModelWeights {
         in_features: usize,
         bias: bool,
     ) -> Result<Linear> {
+        self.declare_linear(module, out_features, in_features);
         let weight = format!("{module}.weight");
         let bias = if bias {
             Some(self.tensor(&format!("{module}.bias"), &[out_features])?)

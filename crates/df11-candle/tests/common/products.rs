@@ -74,6 +74,18 @@ pub fn unit_of(
     device: &Device,
     form: ExponentForm,
 ) -> (Vec<bf16>, Arc<Df11Group>) {
+    unit_of_shaped(shapes, seed, device, form, false)
+}
+
+/// [`unit_of`], the group told its members' shapes when `tiled` (on CUDA, packed: members whose
+/// shapes allow it are stored in the tensor-core tile order).
+pub fn unit_of_shaped(
+    shapes: &[(usize, usize)],
+    seed: u64,
+    device: &Device,
+    form: ExponentForm,
+    tiled: bool,
+) -> (Vec<bf16>, Arc<Df11Group>) {
     let n: usize = shapes.iter().map(|(r, c)| r * c).sum();
     let w = synth::normal_bf16(n, 0.02, seed);
     let mut members = Vec::new();
@@ -86,6 +98,11 @@ pub fn unit_of(
     let t = enc.tensors();
     let layout = UnitLayout::validate(&t).unwrap();
     let names = (0..shapes.len()).map(|i| format!("m{i}.weight")).collect();
-    let g = Df11Group::new_with_form("synthetic", names, &t, layout, device, form).unwrap();
+    let given: Vec<Option<(usize, usize)>> = if tiled {
+        shapes.iter().copied().map(Some).collect()
+    } else {
+        Vec::new()
+    };
+    let g = Df11Group::new_shaped("synthetic", names, &t, layout, device, form, &given).unwrap();
     (w, g)
 }
