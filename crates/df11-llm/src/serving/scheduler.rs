@@ -146,7 +146,8 @@ impl Scheduler {
             .spawn(move || {
                 let setup = (|| -> LlmResult<(Engine, Tokenizer, Vec<u32>)> {
                     let mut loaded = load()?;
-                    let engine = Engine::new(loaded.model, max_batch)?;
+                    let mut engine = Engine::new(loaded.model, max_batch)?;
+                    engine.warm_up()?;
                     let info = ModelInfo {
                         arch: loaded.config.describe(),
                         tokenizer: loaded.tokenizer.clone(),

@@ -290,7 +290,7 @@ pub fn decode_ahead_is_exact(m: &ModelUnderTest) {
 
 /// Sequences give the same logits, bit for bit, whether they run alone or joined in a ragged
 /// batch (different prompt lengths, joining at different steps, rows in any order, one leaving
-/// early): the engine's rows are independent. On [`test_device`] (up to 3 rows, where CUDA's
+/// early) in an engine warmed up first: the engine's rows are independent. On [`test_device`] (up to 3 rows, where CUDA's
 /// linears take the fused kernels).
 pub fn engine_batches_equal_single_runs(m: &ModelUnderTest) {
     use crate::engine::{Engine, SeqId};
@@ -343,8 +343,10 @@ pub fn engine_batches_equal_single_runs(m: &ModelUnderTest) {
         alone.push(bits);
     }
     // Together: sequence i joins before step i; rows in a rotating order; each leaves after its
-    // STEPS steps.
+    // STEPS steps. This engine was warmed up first (Engine::warm_up): it must leave no trace.
     let mut e = engine();
+    e.warm_up().unwrap();
+    assert_eq!(e.running(), 0);
     let mut running: Vec<(usize, SeqId, u32, usize)> = Vec::new(); // (which, seq, next, steps)
     let mut together: Vec<Vec<Vec<u32>>> = vec![Vec::new(); prompts.len()];
     for round in 0.. {
