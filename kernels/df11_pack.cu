@@ -2,8 +2,9 @@
 // from a unit's BF16 values just decoded by df11_decode (whose status word the host checks first): the same
 // arrays, byte for byte, as PackedExponents::build makes on the CPU. Written for this project.
 //
-//   df11_pack_tile     the values in storage order (members the host tiles in the tile order of df11_packed.cuh,
-//                      the others as they are), and sign_mantissa in that order: the pack kernels then read them
+//   df11_pack_tile     the exponents in storage order (members the host tiles in the tile order of df11_packed.cuh,
+//                      the others as they are), and sign_mantissa in that order: the pack kernels' `_e` forms
+//                      (exponents, not BF16 values, as input) then read them
 //   df11_pack_hist     exponent histogram (256 bins) of one member's elements
 //   df11_pack_codes    3-bit codes, one thread per 32 elements (three words), code_of[member][exponent]
 //   df11_pack_lanes    per 2048-element chunk (a warp): each lane's escape count, exclusive-scanned into
@@ -23,7 +24,9 @@
 
 #define PK_THREADS 256
 
+// The exponent of a decoded BF16 value, or an exponent as it is (the tiled build keeps exponents only).
 __device__ __forceinline__ uint32_t pk_exponent(uint16_t w) { return (w >> 7) & 0xffu; }
+__device__ __forceinline__ uint32_t pk_exponent(uint8_t e) { return e; }
 
 // The member holding element j (member_ends ascending; j < n_elements).
 __device__ __forceinline__ int pk_member(const long long* member_ends, int n_members, long long j) {
@@ -46,8 +49,8 @@ __device__ __forceinline__ uint32_t pk_codes8(const uint32_t* codes, long long q
 // One bit (at 3k) per escaped code k.
 __device__ __forceinline__ uint32_t pk_escape_mask(uint32_t v) { return v & (v >> 1) & (v >> 2) & 0x249249u; }
 
-extern "C" __global__ void __launch_bounds__(PK_THREADS)
-df11_pack_hist(const uint16_t* w, long long begin, long long end, uint32_t* hist) {
+template <typename T>
+__device__ __forceinline__ void df11_pack_hist_body(const T* w, long long begin, long long end, uint32_t* hist) {
     // One histogram per warp in shared memory: weights share a few exponents, so one histogram
     // for the block would serialise its atomics.
     __shared__ uint32_t h[PK_THREADS / 32][256];
@@ -64,9 +67,18 @@ df11_pack_hist(const uint16_t* w, long long begin, long long end, uint32_t* hist
         if (s) atomicAdd(hist + e, s);
     }
 }
-
 extern "C" __global__ void __launch_bounds__(PK_THREADS)
-df11_pack_codes(const uint16_t* w, long long n_elements, const uint8_t* code_of, const long long* member_ends,
+df11_pack_hist(const uint16_t* w, long long begin, long long end, uint32_t* hist) {
+    df11_pack_hist_body(w, begin, end, hist);
+}
+extern "C" __global__ void __launch_bounds__(PK_THREADS)
+df11_pack_hist_e(const uint8_t* w, long long begin, long long end, uint32_t* hist) {
+    df11_pack_hist_body(w, begin, end, hist);
+}
+
+template <typename T>
+__device__ __forceinline__ void df11_pack_codes_body(const T* w, long long n_elements, const uint8_t* code_of,
+                                                     const long long* member_ends,
                 int n_members, uint32_t* codes, long long n_triples) {
     const long long stride = (long long)gridDim.x * PK_THREADS;
     for (long long t = (long long)blockIdx.x * PK_THREADS + threadIdx.x; t < n_triples; t += stride) {
@@ -86,6 +98,16 @@ df11_pack_codes(const uint16_t* w, long long n_elements, const uint8_t* code_of,
         codes[3 * t + 1] = g[1] >> 8 | g[2] << 16;
         codes[3 * t + 2] = g[2] >> 16 | g[3] << 8;
     }
+}
+extern "C" __global__ void __launch_bounds__(PK_THREADS)
+df11_pack_codes(const uint16_t* w, long long n_elements, const uint8_t* code_of, const long long* member_ends,
+                int n_members, uint32_t* codes, long long n_triples) {
+    df11_pack_codes_body(w, n_elements, code_of, member_ends, n_members, codes, n_triples);
+}
+extern "C" __global__ void __launch_bounds__(PK_THREADS)
+df11_pack_codes_e(const uint8_t* w, long long n_elements, const uint8_t* code_of, const long long* member_ends,
+                int n_members, uint32_t* codes, long long n_triples) {
+    df11_pack_codes_body(w, n_elements, code_of, member_ends, n_members, codes, n_triples);
 }
 
 extern "C" __global__ void __launch_bounds__(PK_THREADS)
@@ -113,8 +135,9 @@ df11_pack_lanes(const uint32_t* codes, long long n_elements, long long n_chunks,
     }
 }
 
-extern "C" __global__ void __launch_bounds__(PK_THREADS)
-df11_pack_escapes(const uint16_t* w, const uint32_t* codes, long long n_elements, long long n_chunks,
+template <typename T>
+__device__ __forceinline__ void df11_pack_escapes_body(const T* w, const uint32_t* codes, long long n_elements,
+                                                       long long n_chunks,
                   const uint32_t* chunk_escapes, const uint8_t* lane_starts, uint8_t* escapes) {
     const uint32_t lane = threadIdx.x & 31;
     const long long warps = (long long)gridDim.x * (PK_THREADS / 32);
@@ -130,13 +153,24 @@ df11_pack_escapes(const uint16_t* w, const uint32_t* codes, long long n_elements
         }
     }
 }
+extern "C" __global__ void __launch_bounds__(PK_THREADS)
+df11_pack_escapes(const uint16_t* w, const uint32_t* codes, long long n_elements, long long n_chunks,
+                  const uint32_t* chunk_escapes, const uint8_t* lane_starts, uint8_t* escapes) {
+    df11_pack_escapes_body(w, codes, n_elements, n_chunks, chunk_escapes, lane_starts, escapes);
+}
+extern "C" __global__ void __launch_bounds__(PK_THREADS)
+df11_pack_escapes_e(const uint8_t* w, const uint32_t* codes, long long n_elements, long long n_chunks,
+                  const uint32_t* chunk_escapes, const uint8_t* lane_starts, uint8_t* escapes) {
+    df11_pack_escapes_body(w, codes, n_elements, n_chunks, chunk_escapes, lane_starts, escapes);
+}
 
-// One thread per 8-group of storage: wt[j..j+8] = the values stored there, sm[j..j+8] their sign and mantissa bytes.
+// One thread per 8-group of storage: et[j..j+8] = the exponents stored there, sm[j..j+8] their sign and mantissa
+// bytes (one byte each: the tiled build holds 2 bytes per element besides the decoded values, not 3).
 // member_cols[m]: the columns of a member the host tiles (rows * cols its size, cols % 256 == 0, its start % 256 == 0),
 // else 0.
 extern "C" __global__ void __launch_bounds__(PK_THREADS)
 df11_pack_tile(const uint16_t* w, long long n_elements, const long long* member_ends, const int* member_cols,
-               int n_members, uint16_t* wt, uint8_t* sm) {
+               int n_members, uint8_t* et, uint8_t* sm) {
     const long long stride = (long long)gridDim.x * PK_THREADS;
     const long long n8 = (n_elements + 7) >> 3;
     for (long long q = (long long)blockIdx.x * PK_THREADS + threadIdx.x; q < n8; q += stride) {
@@ -147,22 +181,23 @@ df11_pack_tile(const uint16_t* w, long long n_elements, const long long* member_
         const long long src = cols > 0 ? start + tile_original((uint32_t)(j - start), (uint32_t)cols) : j;
         if (j + 8 <= n_elements) {
             const uint4 v = *reinterpret_cast<const uint4*>(w + src);
-            *reinterpret_cast<uint4*>(wt + j) = v;
             const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-            uint32_t b[2];
+            uint32_t b[2], e[2];
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 // Two BF16 per word: byte 1 holds sign + 7 exponent bits, byte 0 exponent bit + mantissa.
                 const uint32_t lo = u[2 * h], hi = u[2 * h + 1];
-                const uint32_t s4 = __byte_perm(lo, hi, 0x7531) & 0x80808080u;   // sign bits
-                const uint32_t m4 = __byte_perm(lo, hi, 0x6420) & 0x7f7f7f7fu;   // mantissas
-                b[h] = s4 | m4;
+                const uint32_t h4 = __byte_perm(lo, hi, 0x7531);   // high bytes: sign, exponent bits 7..1
+                const uint32_t l4 = __byte_perm(lo, hi, 0x6420);   // low bytes: exponent bit 0, mantissa
+                b[h] = (h4 & 0x80808080u) | (l4 & 0x7f7f7f7fu);
+                e[h] = ((h4 << 1) & 0xfefefefeu) | ((l4 >> 7) & 0x01010101u);
             }
+            *reinterpret_cast<uint2*>(et + j) = make_uint2(e[0], e[1]);
             *reinterpret_cast<uint2*>(sm + j) = make_uint2(b[0], b[1]);
         } else {
             for (long long k = j; k < n_elements; ++k) {
                 const uint16_t v = w[src + (k - j)];
-                wt[k] = v;
+                et[k] = (uint8_t)((v >> 7) & 0xffu);
                 sm[k] = (uint8_t)(((v >> 8) & 0x80u) | (v & 0x7fu));
             }
         }

@@ -134,37 +134,83 @@ pub(crate) fn build(
     crate::cuda::exponent_walk::check_last_block(t, layout, &crate::DecodeTable::new(t.luts))
         .map_err(refuse)?;
     // 1. Decode the stream with the block kernel, and read its status word.
-    let decoded = {
+    let decode = || -> Result<CudaStorage> {
         let huffman = crate::cuda::unit::CudaUnit::huffman_without_index(device, t, layout)?;
         let (storage, _) =
             huffman.decode(sign_mantissa.0, sign_mantissa.1, layout, 0..layout.n_blocks)?;
         huffman.check_status().map_err(refuse)?;
-        storage
+        Ok(storage)
     };
-    let w = decoded.as_cuda_slice::<half::bf16>()?;
     let orders = crate::cuda::tile_order::checked_orders(&members, orders).ok_or_else(|| {
         Df11Error::Usage(format!("`{name}`: a tile order does not match its member"))
     })?;
     if orders.iter().any(Option::is_some) {
-        let (wt, sm) = tile(device, w, n, &members, &orders)?;
-        if let Some(mut p) = pack(device, name, &wt, n, &members)? {
+        // Tiled: the exponents and sign_mantissa in storage order, the decoded values dropped
+        // before packing (the build's peak: values, exponents and sign_mantissa, 4 bytes an
+        // element).
+        let (et, sm) = {
+            let decoded = decode()?;
+            tile(
+                device,
+                decoded.as_cuda_slice::<half::bf16>()?,
+                n,
+                &members,
+                &orders,
+            )?
+        };
+        if let Some(mut p) = pack(device, name, PackInput::Exponents(&et), n, &members)? {
             p.orders = orders;
             p.sign_mantissa = Some(sm);
             return Ok(Some(p));
         }
+        // The tiled form does not pack (a chunk of the new order with too many escapes): row
+        // order, from a second decode.
     }
-    pack(device, name, w, n, &members)
+    let decoded = decode()?;
+    let w = decoded.as_cuda_slice::<half::bf16>()?;
+    pack(device, name, PackInput::Values(w), n, &members)
 }
 
-/// The decoded values `w` in storage order (the members `orders` tiles in the tile order) and
-/// `sign_mantissa` in that order.
+/// What the pack kernels read: decoded BF16 values, or exponents (their `_e` forms).
+#[derive(Clone, Copy)]
+enum PackInput<'a> {
+    Values(&'a CudaSlice<half::bf16>),
+    Exponents(&'a CudaSlice<u8>),
+}
+
+impl PackInput<'_> {
+    /// The kernel `name` for this input.
+    fn kernel(self, name: &'static str) -> &'static str {
+        match (self, name) {
+            (Self::Values(_), n) => n,
+            (Self::Exponents(_), "df11_pack_hist") => "df11_pack_hist_e",
+            (Self::Exponents(_), "df11_pack_codes") => "df11_pack_codes_e",
+            (Self::Exponents(_), _) => "df11_pack_escapes_e",
+        }
+    }
+
+    /// Pushes the input as a kernel's first argument.
+    fn push<'b>(&'b self, b: &mut candle_core::cuda_backend::cudarc::driver::LaunchArgs<'b>) {
+        match self {
+            Self::Values(w) => {
+                b.arg(*w);
+            }
+            Self::Exponents(e) => {
+                b.arg(*e);
+            }
+        }
+    }
+}
+
+/// The exponents of the decoded values `w` in storage order (the members `orders` tiles in the
+/// tile order) and `sign_mantissa` in that order.
 fn tile(
     device: &CudaDevice,
     w: &CudaSlice<half::bf16>,
     n: usize,
     members: &[Range<usize>],
     orders: &[Option<TileOrder>],
-) -> Result<(CudaSlice<half::bf16>, CudaSlice<u8>)> {
+) -> Result<(CudaSlice<u8>, CudaSlice<u8>)> {
     let ends: Vec<i64> = members.iter().map(|m| m.end as i64).collect();
     let cols: Vec<i32> = orders
         .iter()
@@ -172,12 +218,12 @@ fn tile(
         .collect();
     let (ends, cols) = (device.clone_htod(&ends)?, device.clone_htod(&cols)?);
     // SAFETY: the kernel writes every element of both.
-    let mut wt = unsafe { device.alloc::<half::bf16>(n) }?;
+    let mut et = unsafe { device.alloc::<u8>(n) }?;
     let mut sm = unsafe { device.alloc::<u8>(n) }?;
     let f = device.get_or_load_custom_func("df11_pack_tile", MODULE, PTX)?;
     let (n_i64, nm) = (n as i64, members.len() as i32);
     let mut b = f.builder();
-    push_args!(b; w, &n_i64, &ends, &cols, &nm, &mut wt, &mut sm);
+    push_args!(b; w, &n_i64, &ends, &cols, &nm, &mut et, &mut sm);
     let cfg = launch_config_in(
         device,
         MODULE,
@@ -191,15 +237,15 @@ fn tile(
     // divide its size into whole groups of 8 rows (TileOrder::for_member), so every source index
     // lies inside its member.
     unsafe { b.launch(cfg) }.w()?;
-    Ok((wt, sm))
+    Ok((et, sm))
 }
 
-/// The packed form of the values `w` (storage order) of a unit of `n` elements, members in row
-/// order (the caller sets the orders and `sign_mantissa` of a tiled build).
+/// The packed form of the values or exponents `w` (storage order) of a unit of `n` elements,
+/// members in row order (the caller sets the orders and `sign_mantissa` of a tiled build).
 fn pack(
     device: &CudaDevice,
     name: &str,
-    w: &CudaSlice<half::bf16>,
+    w: PackInput<'_>,
     n: usize,
     members: &[Range<usize>],
 ) -> Result<Option<DevicePacked>> {
@@ -216,11 +262,12 @@ fn pack(
     for (m, r) in members.iter().enumerate() {
         let (begin, end) = (r.start as i64, r.end as i64);
         let mut view = hist.slice_mut(256 * m..256 * (m + 1));
-        let f = func("df11_pack_hist")?;
+        let f = func(w.kernel("df11_pack_hist"))?;
         let mut b = f.builder();
-        push_args!(b; w, &begin, &end, &mut view);
+        w.push(&mut b);
+        push_args!(b; &begin, &end, &mut view);
         // SAFETY: `w` holds n elements and r lies inside the unit; the view holds 256 counts.
-        unsafe { b.launch(launch("df11_pack_hist", r.len().div_ceil(4096))?) }.w()?;
+        unsafe { b.launch(launch(w.kernel("df11_pack_hist"), r.len().div_ceil(4096))?) }.w()?;
     }
     let counts = device.clone_dtoh(&hist)?;
     let tables: Vec<[u8; 8]> = counts
@@ -241,13 +288,20 @@ fn pack(
     // SAFETY: the kernel writes every word of every triple.
     let mut codes = unsafe { device.alloc::<u32>(3 * n_triples) }?;
     {
-        let f = func("df11_pack_codes")?;
+        let f = func(w.kernel("df11_pack_codes"))?;
         let (nm, nt) = (n_members as i32, n_triples as i64);
         let mut b = f.builder();
-        push_args!(b; w, &n_i64, &code_of, &member_ends, &nm, &mut codes, &nt);
+        w.push(&mut b);
+        push_args!(b; &n_i64, &code_of, &member_ends, &nm, &mut codes, &nt);
         // SAFETY: sizes as the kernel's header states (code_of 256 per member, ends ascending to
         // n, codes 3 * n_triples words).
-        unsafe { b.launch(launch("df11_pack_codes", n_triples.div_ceil(256))?) }.w()?;
+        unsafe {
+            b.launch(launch(
+                w.kernel("df11_pack_codes"),
+                n_triples.div_ceil(256),
+            )?)
+        }
+        .w()?;
     }
 
     // 4. Lane starts and chunk totals; a lane starting past 255 means no packed form.
@@ -284,12 +338,13 @@ fn pack(
     // 5. The escapes, padded with zeros as the packed kernels expect.
     let mut escapes = device.alloc_zeros::<u8>(total.div_ceil(4) * 4 + 16)?;
     {
-        let f = func("df11_pack_escapes")?;
+        let f = func(w.kernel("df11_pack_escapes"))?;
         let mut b = f.builder();
-        push_args!(b; w, &codes, &n_i64, &nc, &chunk_escapes, &lane_starts, &mut escapes);
+        w.push(&mut b);
+        push_args!(b; &codes, &n_i64, &nc, &chunk_escapes, &lane_starts, &mut escapes);
         // SAFETY: each lane writes its escapes inside its chunk's range of the list, which the
         // scan above sized.
-        unsafe { b.launch(launch("df11_pack_escapes", n_chunks.div_ceil(8))?) }.w()?;
+        unsafe { b.launch(launch(w.kernel("df11_pack_escapes"), n_chunks.div_ceil(8))?) }.w()?;
     }
     stream.synchronize().w()?;
     Ok(Some(DevicePacked {
