@@ -45,13 +45,17 @@ impl TcTiling {
             17..=32 => 2,
             _ => 4,
         };
-        // Two sub-steps per item measured fastest at 1 to 16 rows (docs/PERFORMANCE.md); above, 8
-        // keeps the partial sums of four m-tiles small.
-        let steps = steps_override().unwrap_or(match m_tiles {
-            1 => 2,
-            _ => 8,
+        // Two sub-steps per item measured fastest at every batch (1 to 512 rows, docs/
+        // PERFORMANCE.md, session 10: 32-64 rows 35% faster than 8); more where a row group's
+        // partial sums would pass the budget (very wide rows). Depends on (cols, nb) only.
+        let chunks = cols.div_ceil(2048);
+        let steps = steps_override().unwrap_or_else(|| {
+            [2, 4, 8]
+                .into_iter()
+                .find(|&s| chunks * (8 / s) * nb * 32 <= MAX_PARTIAL_BYTES)
+                .unwrap_or(8)
         });
-        let items_per_group = cols.div_ceil(2048) * (8 / steps);
+        let items_per_group = chunks * (8 / steps);
         // Enough items per tile for the 8 warps, within the partial-sum budget.
         let per_group = items_per_group * nb * 32;
         let tile_groups = 8usize
@@ -249,12 +253,17 @@ mod tests {
             (12288, 4096),
             (4096, 12288),
             (5, 5120),
+            (64, 28672),
         ] {
             for nb in [1, 7, 16, 17, 33, 64] {
                 let t = TcTiling::new(rows, cols, nb).unwrap();
                 assert!(t.partial_bytes(nb) <= MAX_PARTIAL_BYTES.max(t.items_per_group * nb * 32));
                 assert!(t.tiles(rows) * t.tile_groups * 8 >= rows);
                 assert_eq!(8 % t.steps, 0);
+                // Two sub-steps per item wherever the partial sums fit.
+                if cols.div_ceil(2048) * 4 * nb * 32 <= MAX_PARTIAL_BYTES {
+                    assert_eq!(t.steps, 2, "[{rows}, {cols}] x {nb}");
+                }
             }
         }
         assert!(TcTiling::new(8, 264, 1).is_err());
