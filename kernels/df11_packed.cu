@@ -112,25 +112,15 @@ df11_decode_packed(const uint32_t* codes, const uint32_t* chunk_escapes, const u
 // partial-width chunks, a block cut by the visited range) write each 8-group to its place directly.
 #define DP_ROW_UNITS 257   // 16-byte units per staged row: 256 + 1 (the pad spreads the 8 rows over the banks)
 
-struct DpUnit {
-    const uint32_t* codes;
-    const uint32_t* chunk_escapes;
-    const uint8_t* lane_starts;
-    uint32_t n_chunks;
-    const uint8_t* escapes;
-    uint32_t n_escapes;
-    const uint8_t* sign_mantissa;
-    long long n_elements;
-};
-
 // Decodes this lane's 8-groups of chunk c inside [visit_begin, visit_end): store(i, j, m, lo, hi, sm) for pass i, its
 // unit element j, its member m, its exponents (lo, hi) and its sign_mantissa (loaded when `vec` and j is in the range).
 template <typename Store>
-__device__ __forceinline__ void dp_chunk(const DpUnit& u, long long c, const long long* ends, const uint32_t* tabs,
+__device__ __forceinline__ void dp_chunk(const FgPacked& u, const uint8_t* sign_mantissa, long long n_elements,
+                                         long long c, const long long* ends, const uint32_t* tabs,
                                          int n_members, bool vec, long long visit_begin, long long visit_end,
                                          Store&& store) {
     const uint32_t lane = threadIdx.x & 31;
-    const uint32_t n8 = (uint32_t)((u.n_elements + 7) >> 3);
+    const uint32_t n8 = (uint32_t)((n_elements + 7) >> 3);
     const uint32_t q0 = 256u * (uint32_t)c + lane;
     uint32_t v[8];
 #pragma unroll
@@ -140,7 +130,7 @@ __device__ __forceinline__ void dp_chunk(const DpUnit& u, long long c, const lon
     for (int i = 0; i < 8; ++i) {
         const long long j = 8LL * (q0 + 32u * i);
         smv[i] = vec && j >= visit_begin && j + 8 <= visit_end
-                     ? __ldg(reinterpret_cast<const uint2*>(u.sign_mantissa + j))
+                     ? __ldg(reinterpret_cast<const uint2*>(sign_mantissa + j))
                      : make_uint2(0u, 0u);
     }
     FpLane r;
@@ -156,7 +146,7 @@ __device__ __forceinline__ void dp_chunk(const DpUnit& u, long long c, const lon
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
         const long long j = 8LL * (q0 + 32u * i);
-        if (j >= visit_end || j >= u.n_elements) break;
+        if (j >= visit_end || j >= n_elements) break;
         while (m < n_members - 1 && j >= ends[m]) ++m;
         uint32_t lo = __byte_perm(tabs[2 * m], tabs[2 * m + 1], fp_spread(v[i] & 0xfffu));
         uint32_t hi = __byte_perm(tabs[2 * m], tabs[2 * m + 1], fp_spread(v[i] >> 12));
@@ -192,7 +182,8 @@ df11_decode_packed_tiled(const uint32_t* codes, const uint32_t* chunk_escapes, c
         s_cols[i] = member_cols[i];
     }
     __syncthreads();
-    const DpUnit u = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, sign_mantissa, n_elements};
+    // The unit's packed form (the per-member tables are in shared memory: t0, t1 unused).
+    const FgPacked u = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, 0u, 0u};
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const bool vec = (begin & 7) == 0;
     const long long c_begin = visit_begin >> 11, c_end = (visit_end + 2047) >> 11;
@@ -233,7 +224,7 @@ df11_decode_packed_tiled(const uint32_t* codes, const uint32_t* chunk_escapes, c
         const long long c = 8 * B + warp;
         if (row0 >= 0) {
             // Chunk c is sub-step m = warp: lane (g, t), pass i holds row g, columns 8(4m + t) + 256i ..+ 8.
-            dp_chunk(u, c, s_ends, s_tables, n_members, true, visit_begin, visit_end,
+            dp_chunk(u, sign_mantissa, n_elements, c, s_ends, s_tables, n_members, true, visit_begin, visit_end,
                      [&](int i, long long, int, uint32_t lo, uint32_t hi, uint2 sm) {
                          s_rows[(lane >> 2) * DP_ROW_UNITS + 4 * warp + (lane & 3) + 32 * i] = dp_fuse8(sm, lo, hi);
                      });
@@ -252,7 +243,8 @@ df11_decode_packed_tiled(const uint32_t* codes, const uint32_t* chunk_escapes, c
             }
             __syncthreads();
         } else if (c >= c_begin && c < c_end) {
-            dp_chunk(u, c, s_ends, s_tables, n_members, vec, visit_begin, visit_end, direct);
+            dp_chunk(u, sign_mantissa, n_elements, c, s_ends, s_tables, n_members, vec, visit_begin, visit_end,
+                     direct);
         }
     }
 }

@@ -215,7 +215,7 @@ impl SelfAttention {
         all
     }
 
-    /// The projections' names and `[out, in]` shapes, as [`Self::load`] loads them.
+    /// The projections' names and `[out, in]` shapes ([`Self::load`] loads them with these).
     fn projections(spec: &DecoderSpec) -> Vec<(&'static str, usize, usize)> {
         let (hidden, d) = (spec.hidden_size, spec.head_dim);
         let (heads, kv_heads) = (spec.num_attention_heads, spec.num_key_value_heads);
@@ -234,19 +234,23 @@ impl SelfAttention {
 
     /// Loads `{prefix}.{q,k,v,o}_proj` (or `qkv_proj`, `o_proj`) and the q/k norms.
     pub fn load(spec: &DecoderSpec, weights: &ModelWeights, prefix: &str) -> Result<Self> {
-        let (hidden, d) = (spec.hidden_size, spec.head_dim);
+        let d = spec.head_dim;
         let (heads, kv_heads) = (spec.num_attention_heads, spec.num_key_value_heads);
-        let linear = |name: &str, out: usize, inp: usize, bias: bool| {
+        let shapes = Self::projections(spec);
+        let linear = |name: &str, bias: bool| {
+            let &(_, out, inp) = shapes
+                .iter()
+                .find(|p| p.0 == name)
+                .expect("a name of Self::projections");
             weights.linear(&format!("{prefix}.{name}"), out, inp, bias)
         };
         let qkv = if spec.fused_qkv {
-            let rows = (heads + 2 * kv_heads) * d;
-            QkvProj::Fused(linear("qkv_proj", rows, hidden, spec.qkv_bias)?)
+            QkvProj::Fused(linear("qkv_proj", spec.qkv_bias)?)
         } else {
             QkvProj::Separate {
-                q: linear("q_proj", heads * d, hidden, spec.qkv_bias)?,
-                k: linear("k_proj", kv_heads * d, hidden, spec.qkv_bias)?,
-                v: linear("v_proj", kv_heads * d, hidden, spec.qkv_bias)?,
+                q: linear("q_proj", spec.qkv_bias)?,
+                k: linear("k_proj", spec.qkv_bias)?,
+                v: linear("v_proj", spec.qkv_bias)?,
             }
         };
         let qk_norm = if spec.qk_norm {
@@ -264,7 +268,7 @@ impl SelfAttention {
         };
         Ok(Self {
             qkv,
-            o_proj: linear("o_proj", hidden, heads * d, spec.o_bias)?,
+            o_proj: linear("o_proj", spec.o_bias)?,
             qk_norm,
             head_norms_f32,
             heads,
@@ -489,7 +493,7 @@ impl GatedMlp {
         all
     }
 
-    /// The projections' names and `[out, in]` shapes, as [`Self::load`] loads them.
+    /// The projections' names and `[out, in]` shapes ([`Self::load`] loads them with these).
     fn projections(spec: &DecoderSpec) -> Vec<(&'static str, usize, usize)> {
         let (hidden, inter) = (spec.hidden_size, spec.intermediate_size);
         let mut all = if spec.fused_gate_up {
@@ -503,22 +507,26 @@ impl GatedMlp {
 
     /// Loads `{prefix}.{gate,up,down}_proj` (or `gate_up_proj`, `down_proj`).
     pub fn load(spec: &DecoderSpec, weights: &ModelWeights, prefix: &str) -> Result<Self> {
-        let (hidden, inter, bias) = (spec.hidden_size, spec.intermediate_size, spec.mlp_bias);
-        let linear = |name: &str, out: usize, inp: usize| {
-            weights.linear(&format!("{prefix}.{name}"), out, inp, bias)
+        let shapes = Self::projections(spec);
+        let linear = |name: &str| {
+            let &(_, out, inp) = shapes
+                .iter()
+                .find(|p| p.0 == name)
+                .expect("a name of Self::projections");
+            weights.linear(&format!("{prefix}.{name}"), out, inp, spec.mlp_bias)
         };
         let gate_up = if spec.fused_gate_up {
-            GateUpProj::Fused(linear("gate_up_proj", 2 * inter, hidden)?)
+            GateUpProj::Fused(linear("gate_up_proj")?)
         } else {
             GateUpProj::Separate {
-                gate: linear("gate_proj", inter, hidden)?,
-                up: linear("up_proj", inter, hidden)?,
+                gate: linear("gate_proj")?,
+                up: linear("up_proj")?,
             }
         };
         Ok(Self {
             gate_up,
-            down_proj: linear("down_proj", hidden, inter)?,
-            intermediate: inter,
+            down_proj: linear("down_proj")?,
+            intermediate: spec.intermediate_size,
             activation: spec.activation,
         })
     }

@@ -179,13 +179,11 @@ enum PackInput<'a> {
 }
 
 impl PackInput<'_> {
-    /// The kernel `name` for this input.
-    fn kernel(self, name: &'static str) -> &'static str {
-        match (self, name) {
-            (Self::Values(_), n) => n,
-            (Self::Exponents(_), "df11_pack_hist") => "df11_pack_hist_e",
-            (Self::Exponents(_), "df11_pack_codes") => "df11_pack_codes_e",
-            (Self::Exponents(_), _) => "df11_pack_escapes_e",
+    /// Of a kernel's two forms, the one for this input.
+    fn kernel(self, values: &'static str, exponents: &'static str) -> &'static str {
+        match self {
+            Self::Values(_) => values,
+            Self::Exponents(_) => exponents,
         }
     }
 
@@ -212,10 +210,7 @@ fn tile(
     orders: &[Option<TileOrder>],
 ) -> Result<(CudaSlice<u8>, CudaSlice<u8>)> {
     let ends: Vec<i64> = members.iter().map(|m| m.end as i64).collect();
-    let cols: Vec<i32> = orders
-        .iter()
-        .map(|o| o.map_or(0, |o| o.cols as i32))
-        .collect();
+    let cols = crate::cuda::packed_kernels::member_cols(orders);
     let (ends, cols) = (device.clone_htod(&ends)?, device.clone_htod(&cols)?);
     // SAFETY: the kernel writes every element of both.
     let mut et = unsafe { device.alloc::<u8>(n) }?;
@@ -233,7 +228,7 @@ fn tile(
         n.div_ceil(8 * 256),
         CTAS,
     )?;
-    // SAFETY: w, wt and sm hold n elements; member ends ascend to n; a tiled member's columns
+    // SAFETY: w, et and sm hold n elements; member ends ascend to n; a tiled member's columns
     // divide its size into whole groups of 8 rows (TileOrder::for_member), so every source index
     // lies inside its member.
     unsafe { b.launch(cfg) }.w()?;
@@ -262,12 +257,13 @@ fn pack(
     for (m, r) in members.iter().enumerate() {
         let (begin, end) = (r.start as i64, r.end as i64);
         let mut view = hist.slice_mut(256 * m..256 * (m + 1));
-        let f = func(w.kernel("df11_pack_hist"))?;
+        let kernel = w.kernel("df11_pack_hist", "df11_pack_hist_e");
+        let f = func(kernel)?;
         let mut b = f.builder();
         w.push(&mut b);
         push_args!(b; &begin, &end, &mut view);
         // SAFETY: `w` holds n elements and r lies inside the unit; the view holds 256 counts.
-        unsafe { b.launch(launch(w.kernel("df11_pack_hist"), r.len().div_ceil(4096))?) }.w()?;
+        unsafe { b.launch(launch(kernel, r.len().div_ceil(4096))?) }.w()?;
     }
     let counts = device.clone_dtoh(&hist)?;
     let tables: Vec<[u8; 8]> = counts
@@ -288,20 +284,15 @@ fn pack(
     // SAFETY: the kernel writes every word of every triple.
     let mut codes = unsafe { device.alloc::<u32>(3 * n_triples) }?;
     {
-        let f = func(w.kernel("df11_pack_codes"))?;
+        let kernel = w.kernel("df11_pack_codes", "df11_pack_codes_e");
+        let f = func(kernel)?;
         let (nm, nt) = (n_members as i32, n_triples as i64);
         let mut b = f.builder();
         w.push(&mut b);
         push_args!(b; &n_i64, &code_of, &member_ends, &nm, &mut codes, &nt);
         // SAFETY: sizes as the kernel's header states (code_of 256 per member, ends ascending to
         // n, codes 3 * n_triples words).
-        unsafe {
-            b.launch(launch(
-                w.kernel("df11_pack_codes"),
-                n_triples.div_ceil(256),
-            )?)
-        }
-        .w()?;
+        unsafe { b.launch(launch(kernel, n_triples.div_ceil(256))?) }.w()?;
     }
 
     // 4. Lane starts and chunk totals; a lane starting past 255 means no packed form.
@@ -338,13 +329,14 @@ fn pack(
     // 5. The escapes, padded with zeros as the packed kernels expect.
     let mut escapes = device.alloc_zeros::<u8>(total.div_ceil(4) * 4 + 16)?;
     {
-        let f = func(w.kernel("df11_pack_escapes"))?;
+        let kernel = w.kernel("df11_pack_escapes", "df11_pack_escapes_e");
+        let f = func(kernel)?;
         let mut b = f.builder();
         w.push(&mut b);
         push_args!(b; &codes, &n_i64, &nc, &chunk_escapes, &lane_starts, &mut escapes);
         // SAFETY: each lane writes its escapes inside its chunk's range of the list, which the
         // scan above sized.
-        unsafe { b.launch(launch(w.kernel("df11_pack_escapes"), n_chunks.div_ceil(8))?) }.w()?;
+        unsafe { b.launch(launch(kernel, n_chunks.div_ceil(8))?) }.w()?;
     }
     stream.synchronize().w()?;
     Ok(Some(DevicePacked {

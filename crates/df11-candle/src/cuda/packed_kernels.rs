@@ -47,7 +47,7 @@ pub(crate) struct PackedBuffers {
 }
 
 /// The decode kernel's per-member column counts: a tiled member's columns, else 0.
-fn member_cols(orders: &[Option<TileOrder>]) -> Vec<i32> {
+pub(crate) fn member_cols(orders: &[Option<TileOrder>]) -> Vec<i32> {
     orders
         .iter()
         .map(|o| o.map_or(0, |o| o.cols as i32))
