@@ -112,10 +112,16 @@ __device__ __forceinline__ uint32_t tile_original(uint32_t p, uint32_t cols) {
     return (8u * group + g) * cols + 2048u * k + 8u * (4u * m + t) + 256u * i + e;
 }
 
-// 4 (sign_mantissa, exponent) byte pairs -> 4 BF16 (two u32 words, little-endian u16 lanes).
+// 4 (sign_mantissa, exponent) byte pairs -> 4 BF16 (two u32 words, little-endian u16 lanes). Each half is one lop3
+// (a bit select under 0x80808080: the compiler otherwise spends two logic ops on it), then two byte permutes.
+__device__ __forceinline__ uint32_t fg_select80(uint32_t a, uint32_t b) {   // bits of b under 0x80808080, else a
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xD8;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80808080u));
+    return r;
+}
 __device__ __forceinline__ void fg_fuse4(uint32_t s, uint32_t e, uint32_t& lo, uint32_t& hi) {
-    uint32_t H = (s & 0x80808080u) | ((e >> 1) & 0x7f7f7f7fu);
-    uint32_t L = (s & 0x7f7f7f7fu) | ((e << 7) & 0x80808080u);
+    const uint32_t H = fg_select80(e >> 1, s);          // sign, exponent bits 7..1
+    const uint32_t L = fg_select80(s, e << 7);          // exponent bit 0, mantissa
     lo = __byte_perm(L, H, 0x5140);
     hi = __byte_perm(L, H, 0x7362);
 }

@@ -69,12 +69,19 @@ if [ -z "${E2E_OFFICIAL_ONLY:-}" ]; then
     DF11_PROMPT_ATTENTION=matmul bench "bf16 b1 ctx512 matmul-prompt" --model-dir "$WORK/bf16" --bf16
     DF11_PROMPT_ATTENTION=flash-decoding bench "df11 b1 ctx512 flash-decoding-prompt" --model-dir "$WORK/df11"
   fi
-  # E2E_TILED=1: the layers' linears stored in the tensor-core tile order (DF11_TILE=on: the
-  # tensor-core kernels from 1 row, for the BF16 rows too), batch 1 and 8; DF11 == BF16 tokens.
-  if [ -n "${E2E_TILED:-}" ]; then
+  # E2E_ROW_ORDER=1: the layers' linears kept in row order (DF11_TILE=off, the default before
+  # session 11: the CUDA-core kernels at 1-2 rows, for the BF16 rows too), batch 1 and 8; DF11 ==
+  # BF16 tokens. E2E_NO_STREAM=1 adds the same with the streaming kernels off (DF11_TC_STREAM=off).
+  if [ -n "${E2E_ROW_ORDER:-}" ]; then
     for batch in 1 8; do
-      DF11_TILE=on bench "df11 b$batch ctx512 tiled" --model-dir "$WORK/df11" --batch "$batch"
-      DF11_TILE=on bench "bf16 b$batch ctx512 tiled" --model-dir "$WORK/bf16" --bf16 --batch "$batch"
+      DF11_TILE=off bench "df11 b$batch ctx512 row-order" --model-dir "$WORK/df11" --batch "$batch"
+      DF11_TILE=off bench "bf16 b$batch ctx512 row-order" --model-dir "$WORK/bf16" --bf16 --batch "$batch"
+    done
+  fi
+  if [ -n "${E2E_NO_STREAM:-}" ]; then
+    for batch in 1 8; do
+      DF11_TC_STREAM=off bench "df11 b$batch ctx512 no-stream" --model-dir "$WORK/df11" --batch "$batch"
+      DF11_TC_STREAM=off bench "bf16 b$batch ctx512 no-stream" --model-dir "$WORK/bf16" --bf16 --batch "$batch"
     done
   fi
   if [ -z "${E2E_QUICK:-}${E2E_NO_LONG:-}" ]; then

@@ -174,6 +174,15 @@ if [ -z "${ONLY_SANITIZE:-}" ]; then
   # DF11 == BF16 and the split with it on, where their prompts are long enough for decode +
   # cuBLAS; each model's decode_ahead_is_exact (a 40-token prompt) runs above.
   variant_run decode-ahead DF11_DECODE_AHEAD=1 model@models/qwen3-df11 "df11_logits_equal_bf16 split_layers"
+  # Members in row order (DF11_TILE=off; the tile order is the default since session 11): the
+  # CUDA-core kernels at 1-2 rows, the row-order tensor-core kernel at 3-16, DF11 == BF16; and
+  # the streaming kernels off (DF11_TC_STREAM=off): df11_tc.cu's kernels and twin only.
+  variant_run row-order DF11_TILE=off modules_exact
+  variant_run row-order DF11_TILE=off fused_exact
+  for m in qwen3 gemma3; do
+    variant_run row-order DF11_TILE=off "model@models/$m-df11" "df11_logits_equal_bf16 decode_paths_agree"
+  done
+  variant_run no-stream DF11_TC_STREAM=off model@models/qwen3-df11 "df11_logits_equal_bf16 decode_paths_agree"
 fi
 
 if [ -n "${ONLY_SANITIZE:-}" ]; then

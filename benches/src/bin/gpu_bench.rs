@@ -39,6 +39,8 @@ fn time(dev: &Device, iters: usize, reps: usize, mut f: impl FnMut()) -> f64 {
 fn main() -> anyhow::Result<()> {
     let json_out = std::env::args().skip_while(|a| a != "--json").nth(1);
     let dev = Device::new_cuda(0)?;
+    // Row order unless a load below asks for the tile order.
+    df11_candle::set_tile_members(false);
     let t0 = Instant::now();
     let (weights, enc) = qwen3_8b_layer_unit(7);
     let layout = UnitLayout::validate(&enc.tensors()).map_err(|d| anyhow::anyhow!("{d}"))?;

@@ -119,6 +119,8 @@ pub use cuda::matmul::{
 };
 pub use cuda::packed::{exponent_form, set_exponent_form, ExponentForm, PackedExponents};
 pub use cuda::segments::SegmentIndex;
+#[cfg(feature = "cuda")]
+pub use cuda::tc::set_tc_stream;
 pub use cuda::tile_order::{set_tile_members, tile_members_enabled, TileOrder};
 pub use error::{Df11Error, Result, UnitDefect};
 pub use format::config::{Df11Config, Pattern, PatternDict};

@@ -161,3 +161,120 @@ fn tiled_members_decode_and_agree_with_the_twin_and_the_reference() {
     assert!(all == w, "whole-unit decode differs");
     g.check_status().unwrap();
 }
+
+/// A `[rows, 2048]` member (rows % 8 == 0) whose every tile-order chunk (row group `G`, sub-step
+/// `m`: 2048 consecutive elements when tiled) has `escaped` (drawn per chunk) escaped weights: the
+/// other weights take 7 exponents (the member's table), the escaped ones 20 rarer ones. With 200 to
+/// 255 a chunk's escapes pass the streaming kernel's 256-byte window; with 40 to 120 they fit it
+/// but some lanes have more than the 8 escapes a lane holds at once (both: its slow path).
+#[cfg(feature = "cuda")]
+fn escape_heavy(
+    rows: usize,
+    escaped: std::ops::RangeInclusive<usize>,
+    rng: &mut impl Rng,
+) -> Vec<bf16> {
+    let cols = 2048;
+    let mut w = vec![bf16::ZERO; rows * cols];
+    for group in 0..rows / 8 {
+        for m in 0..8 {
+            let mut order: Vec<usize> = (0..2048).collect();
+            for i in (1..order.len()).rev() {
+                order.swap(i, rng.gen_range(0..=i));
+            }
+            let escaped = rng.gen_range(escaped.clone());
+            for (n, &p) in order.iter().enumerate() {
+                // Position p of the chunk: pass i, lane (g, t), element e of the 8-group.
+                let (i, g, t, e) = (p >> 8, (p >> 5) & 7, (p >> 3) & 3, p & 7);
+                let (row, col) = (8 * group + g, 8 * (4 * m + t) + 256 * i + e);
+                let exponent: u16 = if n < escaped {
+                    rng.gen_range(100..120)
+                } else {
+                    rng.gen_range(120..127)
+                };
+                let bits =
+                    (rng.gen_range(0..2u16) << 15) | (exponent << 7) | rng.gen_range(0..128u16);
+                w[row * cols + col] = bf16::from_bits(bits);
+            }
+        }
+    }
+    w
+}
+
+/// The streaming kernels (`kernels/df11_tc_stream.cu`, `DF11_TC_STREAM`): DF11 over tiled members
+/// on 2048-element boundaries and the twin over any matrix, against the other kernels.
+#[cfg(feature = "cuda")]
+#[test]
+fn streamed_members_agree_with_the_other_kernel_and_the_twin() {
+    set_matmul_path(MatmulPath::Fused);
+    df11_candle::set_tile_members(true);
+    let device = common::device();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
+    // Tiled members on 2048-element boundaries with 2048-multiple rows: the streaming kernel takes
+    // them. 40 x 6144 and 136 x 4096 run several tiles per CTA and a last tile with missing row
+    // groups; 8 x 65536 at 33 rows and more has more partial sums than the streaming kernels' shared
+    // memory holds (the other kernels take it); the two 64 x 2048 members are escape_heavy (beyond
+    // the window, beyond 8 a lane).
+    let shapes = [
+        (8, 2048),
+        (40, 6144),
+        (136, 4096),
+        (8, 65536),
+        (64, 2048),
+        (64, 2048),
+    ];
+    let mut members = Vec::new();
+    for &(rows, cols) in &shapes[..4] {
+        members.push(synth::normal_bf16(rows * cols, 0.02, rng.gen()));
+    }
+    members.push(escape_heavy(shapes[4].0, 200..=255, &mut rng));
+    members.push(escape_heavy(shapes[5].0, 40..=120, &mut rng));
+    let bytes: Vec<&[u8]> = members.iter().map(|w| bytemuck::cast_slice(w)).collect();
+    let enc = encode_unit(&bytes).unwrap();
+    let t = enc.tensors();
+    let layout = UnitLayout::validate(&t).unwrap();
+    let names = (0..shapes.len()).map(|i| format!("s{i}.weight")).collect();
+    let given: Vec<Option<(usize, usize)>> = shapes.iter().copied().map(Some).collect();
+    let g = Df11Group::new_shaped(
+        "streamed",
+        names,
+        &t,
+        layout,
+        &device,
+        ExponentForm::Packed,
+        &given,
+    )
+    .unwrap();
+    for (i, &(rows, cols)) in shapes.iter().enumerate() {
+        assert_eq!(
+            g.tile_order(i),
+            Some(df11_candle::TileOrder { rows, cols }),
+            "member {i}"
+        );
+        let fused = Df11Linear::new(g.clone(), i, rows, cols, None, DType::BF16).unwrap();
+        let twin = fused.clone().decoded().unwrap();
+        for batch in BATCHES {
+            let (xh, x) = random_x(&mut rng, batch, cols, &device);
+            let mut outs = Vec::new();
+            for stream in [true, false] {
+                df11_candle::set_tc_stream(stream);
+                outs.push(bits(&fused.forward(&x).unwrap()));
+                outs.push(bits(&twin.forward(&x).unwrap()));
+            }
+            df11_candle::set_tc_stream(true);
+            let what = format!("streamed member {i} [{rows}, {cols}] batch {batch}");
+            let names = ["DF11 streaming", "twin streaming", "DF11", "twin"];
+            for (o, name) in outs.iter().zip(names).skip(1) {
+                assert!(*o == outs[0], "{what}: {name} differs from DF11 streaming");
+            }
+            check_against_reference(
+                &fused.forward(&x).unwrap(),
+                &xh,
+                &members[i],
+                rows,
+                cols,
+                &what,
+            );
+        }
+    }
+    g.check_status().unwrap();
+}

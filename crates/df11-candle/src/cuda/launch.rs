@@ -132,6 +132,16 @@ pub(crate) fn launch_config_with(
     launch_config_in(dev, MODULE, PTX, name, smem, work, ctas_per_sm)
 }
 
+/// Bytes of shared memory one CTA may take on `dev`, static and dynamic together, once a kernel
+/// opts in.
+pub(crate) fn smem_per_block_optin(dev: &CudaDevice) -> candle_core::Result<usize> {
+    Ok(dev
+        .cuda_stream()
+        .context()
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        .w()? as usize)
+}
+
 /// [`launch_config_with`] for kernel `name` of module `module` (PTX `ptx`).
 pub(crate) fn launch_config_in(
     dev: &CudaDevice,

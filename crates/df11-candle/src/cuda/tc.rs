@@ -12,10 +12,12 @@ use candle_core::{CudaStorage, Layout, Shape};
 use half::bf16;
 
 use crate::cuda::launch::{
-    bf16_view, check_rows, cuda_only_op, launch_config_in, push_args, CudaOp2, CudaOut,
+    bf16_view, check_rows, cuda_only_op, launch_config_in, push_args, smem_per_block_optin,
+    CudaOp2, CudaOut,
 };
 use crate::cuda::matmul::{tc_shape, TC_LIMIT_ROWS};
 use crate::cuda::packed_kernels::PackedBuffers;
+use crate::cuda::setting::Setting;
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_tc.ptx"));
 const MODULE: &str = "df11_tc";
@@ -23,6 +25,37 @@ const MODULE: &str = "df11_tc";
 const TABLE_BYTES: usize = 16384;
 /// Partial-sum bytes a CTA tile may take.
 const MAX_PARTIAL_BYTES: usize = 64 * 1024;
+const STREAM_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_tc_stream.ptx"));
+const STREAM_MODULE: &str = "df11_tc_stream";
+/// The streaming DF11 kernel's escape table (kernels/df11_tc_stream.cu: 4096 entries of 8 bytes,
+/// static shared memory).
+const STREAM_TABLE_BYTES: usize = 8 * 4096;
+/// A stage of the streaming kernels: `TS_STAGE` bytes (DF11) or `TS_TWIN_STAGE` (twin); each of
+/// the 8 warps of a CTA has `TS_DEPTH` (2) of them (kernels/df11_tc_stream.cu).
+const STREAM_STAGE_BYTES: usize = 3120;
+const STREAM_TWIN_STAGE_BYTES: usize = 4096;
+const STREAM_RING_STAGES: usize = 8 * 2;
+/// Shared memory of one SM its CTAs may share (H100: 228 KiB, 1 KiB of it reserved per CTA).
+const SM_SHARED_BYTES: usize = 228 * 1024;
+
+/// `DF11_TC_STREAM` (`on`, the default, or `off`): whether the streaming kernels
+/// (kernels/df11_tc_stream.cu) take the products they can: the BF16 twin always, DF11 for tiled
+/// members whose sub-steps are whole packed chunks. Every kernel follows the same summation
+/// contract: the setting changes speed, never a bit of output.
+static STREAM: Setting<bool> = Setting::new(
+    "DF11_TC_STREAM",
+    "stream setting",
+    &[("on", true), ("off", false)],
+);
+
+/// A streaming launch's layout ([`TcTiling::stream_plan`]): dynamic shared memory, slots of
+/// partial sums, CTAs per SM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct StreamPlan {
+    smem: usize,
+    nslots: i32,
+    per_sm: u32,
+}
 
 /// How both tensor-core kernels split a `[rows, cols]` product with `nb` rows of input: items of
 /// 8 weight rows x one 2048-column chunk x `steps` of its 8 sub-steps (the summation order depends
@@ -78,6 +111,56 @@ impl TcTiling {
         self.tile_groups * self.items_per_group * nb * 32
     }
 
+    fn stream_kernel(&self, nb: usize, twin: bool) -> &'static str {
+        match (twin, self.m_tiles) {
+            (false, 1) if nb <= 8 => "df11_tc_stream_8",
+            (false, 1) => "df11_tc_stream_1",
+            (false, 2) => "df11_tc_stream_2",
+            (false, _) => "df11_tc_stream_4",
+            (true, 1) if nb <= 8 => "bf16_tc_stream_8",
+            (true, 1) => "bf16_tc_stream_1",
+            (true, 2) => "bf16_tc_stream_2",
+            (true, _) => "bf16_tc_stream_4",
+        }
+    }
+
+    /// The layout of a streaming launch on a device whose CTAs may take `optin` bytes of shared
+    /// memory: 2 CTAs per SM where they fit (else 1) with as many slots of partial sums as fit
+    /// (4, 2 or 1: measured 4 fastest, docs/PERFORMANCE.md); `None` above 32 rows of input
+    /// (four m-tiles: measured slower than `df11_tc.cu`, 0.749 against 0.548 ms a Qwen3-8B layer
+    /// at 64 rows) and where one CTA with one slot does not fit.
+    fn stream_plan(&self, nb: usize, twin: bool, optin: usize) -> Option<StreamPlan> {
+        if self.m_tiles > 2 {
+            return None;
+        }
+        let slots = slots_override();
+        let (table, stage) = if twin {
+            (0, STREAM_TWIN_STAGE_BYTES)
+        } else {
+            (STREAM_TABLE_BYTES, STREAM_STAGE_BYTES)
+        };
+        let ring = STREAM_RING_STAGES * stage;
+        let partial = self.partial_bytes(nb).next_multiple_of(16);
+        for per_sm in [2u32, 1] {
+            for nslots in [4usize, 2, 1] {
+                if slots.is_some_and(|n| n < nslots) {
+                    continue;
+                }
+                let smem = nslots * partial + ring;
+                if smem + table <= optin
+                    && per_sm as usize * (smem + table + 1024) <= SM_SHARED_BYTES
+                {
+                    return Some(StreamPlan {
+                        smem,
+                        nslots: nslots as i32,
+                        per_sm,
+                    });
+                }
+            }
+        }
+        None
+    }
+
     fn kernel(&self, twin: bool) -> &'static str {
         match (twin, self.m_tiles) {
             (false, 1) => "df11_tc_packed_1",
@@ -111,6 +194,24 @@ fn steps_override() -> Option<usize> {
     })
 }
 
+/// `DF11_TC_SLOTS` (1, 2 or 4): the most slots of partial sums a streaming launch keeps, for
+/// measurements; it changes no bit of output.
+fn slots_override() -> Option<usize> {
+    static SLOTS: OnceLock<Option<usize>> = OnceLock::new();
+    *SLOTS.get_or_init(|| {
+        std::env::var("DF11_TC_SLOTS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .filter(|v: &usize| [1, 2, 4].contains(v))
+    })
+}
+
+/// Turns the streaming tensor-core kernels on or off (overrides `DF11_TC_STREAM`; outputs are
+/// the same either way).
+pub fn set_tc_stream(on: bool) {
+    STREAM.set(on);
+}
+
 /// Launches `tiling`'s kernel (`twin` or packed) with `args` pushed after nothing: the caller
 /// pushes every argument in the kernel's order.
 fn config(
@@ -135,6 +236,37 @@ fn config(
         tiling.ctas_per_sm(),
     )?;
     Ok((cfg, smem))
+}
+
+/// The launch of `tiling`'s streaming kernel (`twin` or DF11) and its layout, or `None` where it
+/// does not fit the device ([`TcTiling::stream_plan`]).
+fn stream_config(
+    dev: &CudaDevice,
+    tiling: &TcTiling,
+    twin: bool,
+    rows: usize,
+    nb: usize,
+) -> candle_core::Result<
+    Option<(
+        candle_core::cuda_backend::cudarc::driver::LaunchConfig,
+        &'static str,
+        StreamPlan,
+    )>,
+> {
+    let Some(plan) = tiling.stream_plan(nb, twin, smem_per_block_optin(dev)?) else {
+        return Ok(None);
+    };
+    let name = tiling.stream_kernel(nb, twin);
+    let cfg = launch_config_in(
+        dev,
+        STREAM_MODULE,
+        STREAM_PTX,
+        name,
+        plan.smem,
+        tiling.tiles(rows),
+        plan.per_sm,
+    )?;
+    Ok(Some((cfg, name, plan)))
 }
 
 /// The tensor-core DF11 product over packed exponents: arguments `sign_mantissa` (the whole unit)
@@ -184,22 +316,47 @@ impl CudaOp2 for PackedTcOp<'_> {
             candle_core::bail!("df11: the matrix at element {base} is not 256-aligned");
         }
         let tiling = TcTiling::new(rows, cols, nb)?;
-        let (cfg, _) = config(&dev, &tiling, false, rows, nb)?;
+        // Tiled members whose sub-steps are whole packed chunks stream them (the same output).
+        let stream =
+            tiled && cols.is_multiple_of(2048) && base.is_multiple_of(2048) && STREAM.get();
+        let streamed = if stream {
+            stream_config(&dev, &tiling, false, rows, nb)?
+        } else {
+            None
+        };
+        let plan = streamed.map(|(_, _, plan)| plan);
+        let (cfg, name, module, ptx) = match streamed {
+            Some((cfg, name, _)) => (cfg, name, STREAM_MODULE, STREAM_PTX),
+            None => {
+                let (cfg, _) = config(&dev, &tiling, false, rows, nb)?;
+                (cfg, tiling.kernel(false), MODULE, PTX)
+            }
+        };
         let xv = bf16_view(x, x_l, "x")?;
         let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
-        let func = dev.get_or_load_custom_func(tiling.kernel(false), MODULE, PTX)?;
+        let func = dev.get_or_load_custom_func(name, module, ptx)?;
         let sm = sm.as_cuda_slice::<u8>()?;
         let (nb_, rows_, cols_, base_) = (nb as i32, rows as i32, cols as i32, base as i64);
         let (groups, steps) = (tiling.tile_groups as i32, tiling.steps as i32);
-        let tiled = tiled as i32;
+        let tiled_ = tiled as i32;
         let mut b = func.builder();
         u.push_packed(&mut b);
         push_args!(b; &t0, &t1, sm);
-        push_args!(b; &xv, &out, &nb_, &rows_, &cols_, &base_, &groups, &steps, &tiled);
+        push_args!(b; &xv, &out, &nb_, &rows_, &cols_, &base_, &groups, &steps);
+        let nslots = plan.map_or(0, |p| p.nslots);
+        if plan.is_some() {
+            push_args!(b; &nslots);
+        } else {
+            push_args!(b; &tiled_);
+        }
         // SAFETY: the matrix lies inside one member of the unit (table_of), in row order or the
         // whole member in the tile order (matrix_order: rows % 8 == 0 there), base and cols are
         // multiples of 256, x holds nb rows of cols; the packed buffers cover the unit and escape
-        // reads are clamped in the kernel.
+        // reads are clamped in the kernel. Streaming: every sub-step is a whole chunk of the unit
+        // (tiled, base and cols multiples of 2048), whose codes, sign_mantissa, lane starts and
+        // escapes (from the validated chunk_escapes, copies clamped to the buffer) lie in the
+        // buffers; each buffer is a whole allocation (CudaSlice), so its 16-byte copies are
+        // aligned.
         unsafe { b.launch(cfg) }.w()?;
         Ok((
             CudaStorage::wrap_cuda_slice(out, dev),
@@ -222,17 +379,33 @@ impl CudaOp2 for TwinTcOp {
         let (rows, cols) = w_l.shape().dims2()?;
         let nb = check_rows(x_l, cols, TC_LIMIT_ROWS)?;
         let tiling = TcTiling::new(rows, cols, nb)?;
-        let (cfg, _) = config(&dev, &tiling, true, rows, nb)?;
+        let streamed = if STREAM.get() {
+            stream_config(&dev, &tiling, true, rows, nb)?
+        } else {
+            None
+        };
+        let plan = streamed.map(|(_, _, plan)| plan);
+        let (cfg, name, module, ptx) = match streamed {
+            Some((cfg, name, _)) => (cfg, name, STREAM_MODULE, STREAM_PTX),
+            None => {
+                let (cfg, _) = config(&dev, &tiling, true, rows, nb)?;
+                (cfg, tiling.kernel(true), MODULE, PTX)
+            }
+        };
         let wv = bf16_view(w, w_l, "the weight")?;
         let xv = bf16_view(x, x_l, "x")?;
         let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
-        let func = dev.get_or_load_custom_func(tiling.kernel(true), MODULE, PTX)?;
+        let func = dev.get_or_load_custom_func(name, module, ptx)?;
         let (nb_, rows_, cols_) = (nb as i32, rows as i32, cols as i32);
         let (groups, steps) = (tiling.tile_groups as i32, tiling.steps as i32);
         let mut b = func.builder();
         push_args!(b; &wv, &xv, &out, &nb_, &rows_, &cols_, &groups, &steps);
+        let nslots = plan.map_or(0, |p| p.nslots);
+        if plan.is_some() {
+            push_args!(b; &nslots);
+        }
         // SAFETY: w and x are contiguous, 16-byte aligned BF16 views of [rows, cols] and
-        // [nb, cols], cols a multiple of 256.
+        // [nb, cols], cols a multiple of 256 (both kernels take the same arguments).
         unsafe { b.launch(cfg) }.w()?;
         Ok((
             CudaStorage::wrap_cuda_slice(out, dev),
@@ -267,6 +440,38 @@ mod tests {
             }
         }
         assert!(TcTiling::new(8, 264, 1).is_err());
+    }
+
+    #[test]
+    fn streaming_layouts_fit_the_sm() {
+        let optin = 227 * 1024;
+        for (rows, cols) in [
+            (4096, 4096),
+            (1024, 4096),
+            (12288, 4096),
+            (4096, 12288),
+            (8, 65536),
+        ] {
+            for nb in [1, 2, 3, 8, 16, 33, 64] {
+                let t = TcTiling::new(rows, cols, nb).unwrap();
+                for twin in [false, true] {
+                    let Some(p) = t.stream_plan(nb, twin, optin) else {
+                        // Above 32 rows, or where even one slot and one CTA do not fit.
+                        assert!(
+                            nb > 32 || t.partial_bytes(nb) + STREAM_RING_STAGES * 3120 > 150 * 1024
+                        );
+                        continue;
+                    };
+                    let table = if twin { 0 } else { STREAM_TABLE_BYTES };
+                    assert!(p.smem + table <= optin);
+                    assert!(p.per_sm as usize * (p.smem + table + 1024) <= SM_SHARED_BYTES);
+                    // The decode step's batches keep 2 CTAs per SM and 4 slots.
+                    if nb <= 8 && cols <= 12288 {
+                        assert_eq!((p.per_sm, p.nslots), (2, 4), "[{rows}, {cols}] x {nb}");
+                    }
+                }
+            }
+        }
         assert!(TcTiling::new(8, 256, 65).is_err());
     }
 }

@@ -25,11 +25,12 @@ use rayon::prelude::*;
 use crate::cuda::setting::Setting;
 
 /// Whether units loaded from now on tile the members whose shapes they are given (`DF11_TILE`:
-/// `off`, the default, or `on`). Off by default: a tiled member takes the tensor-core kernels
-/// at every batch size, which at 1-2 rows are still slower than the CUDA-core kernels that read
-/// row order (docs/PERFORMANCE.md, session 10).
+/// `on`, the default, or `off`). A tiled member takes the tensor-core kernels at every batch
+/// size; since the streaming kernels (`kernels/df11_tc_stream.cu`, session 11) they are the
+/// fastest DF11 products from 1 to 16 rows (docs/PERFORMANCE.md). Off, members stay in row order
+/// and 1-2 rows take the CUDA-core kernels.
 static TILE: Setting<bool> =
-    Setting::new("DF11_TILE", "tile setting", &[("off", false), ("on", true)]);
+    Setting::new("DF11_TILE", "tile setting", &[("on", true), ("off", false)]);
 
 /// Turns the tile order on or off for units loaded from now on (overrides `DF11_TILE`).
 pub fn set_tile_members(on: bool) {
@@ -37,7 +38,7 @@ pub fn set_tile_members(on: bool) {
 }
 
 /// Whether units loaded now tile the members they know the shapes of ([`set_tile_members`],
-/// else `DF11_TILE`, else off).
+/// else `DF11_TILE`, else on).
 pub fn tile_members_enabled() -> bool {
     TILE.get()
 }

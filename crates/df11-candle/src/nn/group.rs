@@ -133,7 +133,7 @@ impl Df11Group {
 
     /// [`Self::new_with_form`] with the shapes `[rows, cols]` of the members where the caller
     /// knows them (`shapes[i]` for member `i`; missing or `None`: unknown). On CUDA, in the
-    /// packed form, while [`crate::tile_members_enabled`] (`DF11_TILE=on`; off by default), a
+    /// packed form, while [`crate::tile_members_enabled`] (`DF11_TILE`, on by default), a
     /// member whose shape suits the tensor-core kernels is stored in their tile order
     /// (`crate::cuda::tile_order`): the products read it in long runs. Decoded weights and
     /// products are the same bits either way; a tiled member is used through the tensor-core
