@@ -167,6 +167,15 @@ __device__ __forceinline__ void ts_twin_passes(const uint8_t* st, int W, const T
     }
 }
 
+// STACKED MEMBERS (DF11): up to three consecutive tiled members of a unit with the same columns, multiplied in one
+// launch as the matrix of their rows (q/k/v, gate/up). The tile order of each member is row-group major, so the stacked
+// matrix's chunks follow each other as one member's would; only the exponent table changes, at row groups g1 and g2
+// (t[0] for row groups below g1, t[1] below g2, t[2] from there). One member: g1 = g2 = its row groups.
+struct TsTables {
+    uint32_t t0a, t1a, t0b, t1b, t0c, t1c;
+    int g1, g2;
+};
+
 // A position in a warp's sequence of sub-steps: tile, item of the tile, sub-step of the item, and the item's index in
 // the matrix (tile * items + item; its row group is index / items_per_group).
 struct TsPos {
@@ -187,9 +196,9 @@ __device__ __forceinline__ int ts_partial_bytes(int tile_groups, int ipg, int nb
 
 // nslots (1, 2 or 4): how many tiles' partial sums a CTA keeps (its warps run up to nslots - 1 tiles apart).
 template <int MT, bool LOW, bool TWIN>
-__device__ __forceinline__ void tc_stream(const FgPacked& pk, const uint8_t* sign_mantissa, const uint16_t* wd,
-                                          const __nv_bfloat16* x, __nv_bfloat16* y, int nb, int rows, int cols,
-                                          long long base, int tile_groups, int steps, int nslots) {
+__device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& tabs, const uint8_t* sign_mantissa,
+                                          const uint16_t* wd, const __nv_bfloat16* x, __nv_bfloat16* y, int nb,
+                                          int rows, int cols, long long base, int tile_groups, int steps, int nslots) {
     extern __shared__ __align__(16) uint8_t ts_smem[];
     constexpr int stage_bytes = TWIN ? TS_TWIN_STAGE : TS_STAGE;
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -350,6 +359,10 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const uint8_t* sig
             float acc[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
+            // The item's member's exponent table (warp-uniform).
+            const bool in_a = G < tabs.g1, in_b = G < tabs.g2;
+            const uint32_t t0 = in_a ? tabs.t0a : in_b ? tabs.t0b : tabs.t0c;
+            const uint32_t t1 = in_a ? tabs.t1a : in_b ? tabs.t1b : tabs.t1c;
             for (int s = 0; s < steps; ++s) {
                 __syncwarp();                                   // every lane is done with the slot refilled now
                 issue(ahead, slot == 0 ? TS_DEPTH - 1 : slot - 1);
@@ -376,9 +389,9 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const uint8_t* sig
                         const uint32_t e0 = ew[q], e1 = ew[q + 1], e2 = ew[q + 2];
                         const unsigned long long held =
                             ((unsigned long long)__funnelshift_r(e1, e2, sh) << 32) | __funnelshift_r(e0, e1, sh);
-                        ts_passes<MT, LOW, false>(st, pk.t0, pk.t1, held, 0, pk, xs, acc);
+                        ts_passes<MT, LOW, false>(st, t0, t1, held, 0, pk, xs, acc);
                     } else {
-                        ts_passes<MT, LOW, true>(st, pk.t0, pk.t1, 0, start, pk, xs, acc);
+                        ts_passes<MT, LOW, true>(st, t0, t1, 0, start, pk, xs, acc);
                     }
                 }
             }
@@ -414,9 +427,9 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const uint8_t* sig
 
 #define TS_PACKED_ARGS                                                                                               \
     const uint32_t *codes, const uint32_t *chunk_escapes, const uint8_t *lane_starts, uint32_t n_chunks,             \
-        const uint8_t *escapes, uint32_t n_escapes, uint32_t t0, uint32_t t1, const uint8_t *sign_mantissa,         \
-        const __nv_bfloat16 *x, __nv_bfloat16 *y, int nb, int rows, int cols, long long base, int tile_groups,      \
-        int steps, int nslots
+        const uint8_t *escapes, uint32_t n_escapes, uint32_t t0, uint32_t t1, uint32_t t0b, uint32_t t1b,           \
+        uint32_t t0c, uint32_t t1c, int g1, int g2, const uint8_t *sign_mantissa, const __nv_bfloat16 *x,           \
+        __nv_bfloat16 *y, int nb, int rows, int cols, long long base, int tile_groups, int steps, int nslots
 #define TS_TWIN_ARGS                                                                                                 \
     const uint16_t *w, const __nv_bfloat16 *x, __nv_bfloat16 *y, int nb, int rows, int cols, int tile_groups,       \
         int steps, int nslots
@@ -425,12 +438,14 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const uint8_t* sig
 #define TS_INSTANTIATE(NAME, MT, LOW)                                                                                \
     extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) df11_tc_stream_##NAME(TS_PACKED_ARGS) {             \
         const FgPacked pk = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, t0, t1};              \
-        tc_stream<MT, LOW, false>(pk, sign_mantissa, nullptr, x, y, nb, rows, cols, base, tile_groups, steps,       \
+        const TsTables tabs = {t0, t1, t0b, t1b, t0c, t1c, g1, g2};                                                  \
+        tc_stream<MT, LOW, false>(pk, tabs, sign_mantissa, nullptr, x, y, nb, rows, cols, base, tile_groups, steps, \
                                   nslots);                                                                           \
     }                                                                                                                \
     extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) bf16_tc_stream_##NAME(TS_TWIN_ARGS) {               \
         const FgPacked pk = {};                                                                                      \
-        tc_stream<MT, LOW, true>(pk, nullptr, w, x, y, nb, rows, cols, 0, tile_groups, steps, nslots);              \
+        const TsTables tabs = {};                                                                                    \
+        tc_stream<MT, LOW, true>(pk, tabs, nullptr, w, x, y, nb, rows, cols, 0, tile_groups, steps, nslots);        \
     }
 
 TS_INSTANTIATE(8, 1, true)

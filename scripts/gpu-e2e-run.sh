@@ -78,6 +78,13 @@ if [ -z "${E2E_OFFICIAL_ONLY:-}" ]; then
       DF11_TILE=off bench "bf16 b$batch ctx512 row-order" --model-dir "$WORK/bf16" --bf16 --batch "$batch"
     done
   fi
+  # E2E_NO_STACK=1: q/k/v and gate/up loaded one by one (DF11_STACK=off), batch 1 and 8.
+  if [ -n "${E2E_NO_STACK:-}" ]; then
+    for batch in 1 8; do
+      DF11_STACK=off bench "df11 b$batch ctx512 no-stack" --model-dir "$WORK/df11" --batch "$batch"
+      DF11_STACK=off bench "bf16 b$batch ctx512 no-stack" --model-dir "$WORK/bf16" --bf16 --batch "$batch"
+    done
+  fi
   if [ -n "${E2E_NO_STREAM:-}" ]; then
     for batch in 1 8; do
       DF11_TC_STREAM=off bench "df11 b$batch ctx512 no-stream" --model-dir "$WORK/df11" --batch "$batch"

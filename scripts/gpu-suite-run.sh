@@ -183,6 +183,8 @@ if [ -z "${ONLY_SANITIZE:-}" ]; then
     variant_run row-order DF11_TILE=off "model@models/$m-df11" "df11_logits_equal_bf16 decode_paths_agree"
   done
   variant_run no-stream DF11_TC_STREAM=off model@models/qwen3-df11 "df11_logits_equal_bf16 decode_paths_agree"
+  # Projections loaded one by one (DF11_STACK=off; q/k/v and gate/up are stacked by default).
+  variant_run no-stack DF11_STACK=off model@models/qwen3-df11 "df11_logits_equal_bf16 decode_paths_agree split_layers"
 fi
 
 if [ -n "${ONLY_SANITIZE:-}" ]; then

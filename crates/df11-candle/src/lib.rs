@@ -131,4 +131,6 @@ pub use format::unit::{UnitLayout, UnitTensors};
 pub use nn::backend::Df11Backend;
 pub use nn::group::Df11Group;
 pub use nn::linear::{Df11Embedding, Df11Linear};
-pub use nn::weights::{Embedding, Linear, ModelWeights, WeightFormat};
+pub use nn::weights::{
+    set_stack_projections, stacks_projections, Embedding, Linear, ModelWeights, WeightFormat,
+};

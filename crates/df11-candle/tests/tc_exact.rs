@@ -9,7 +9,7 @@
 
 mod common;
 
-use candle_core::{DType, Device, Module};
+use candle_core::{DType, Device, Module, Tensor};
 use common::products::{bits, check_against_reference, random_x, unit_of, unit_of_shaped};
 use df11_candle::{
     encode_unit, fused_plan, set_matmul_path, synth, Df11Group, Df11Linear, ExponentForm,
@@ -274,6 +274,73 @@ fn streamed_members_agree_with_the_other_kernel_and_the_twin() {
                 cols,
                 &what,
             );
+        }
+    }
+    g.check_status().unwrap();
+}
+
+/// Stacked linear layers (`Df11Linear::stacked`, q/k/v and gate/up): members consecutive in one
+/// unit (one slice: on CUDA, tiled, one streaming launch over all of them) and members that are
+/// not (multiplied one by one) give, with a stacked bias, what the dense stacked layer gives,
+/// bit for bit, and on CUDA what the members give one by one.
+#[test]
+fn stacked_members_agree_with_the_dense_stack_and_the_members() {
+    set_matmul_path(MatmulPath::Fused);
+    df11_candle::set_tile_members(true);
+    let device = common::device();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
+    // q/k/v-like members of 4096 columns (the middle one 8 rows), then one of 2048 columns.
+    let shapes = [(40, 4096), (8, 4096), (24, 4096), (16, 2048)];
+    let (w, g) =
+        common::products::unit_of_shaped(&shapes, rng.gen(), &device, ExponentForm::Packed, true);
+    let cols = 4096;
+    let member_w = |i: usize| {
+        let at: usize = shapes[..i].iter().map(|(r, c)| r * c).sum();
+        w[at..at + shapes[i].0 * shapes[i].1].to_vec()
+    };
+    for picked in [vec![0usize, 1, 2], vec![0, 2], vec![1, 2]] {
+        let rows: usize = picked.iter().map(|&i| shapes[i].0).sum();
+        let bias: Vec<bf16> = (0..rows)
+            .map(|_| bf16::from_f32(rng.gen_range(-1.0f32..1.0)))
+            .collect();
+        let bias_t = Tensor::from_vec(bias.clone(), rows, &device).unwrap();
+        let members = picked
+            .iter()
+            .map(|&i| (g.clone(), i, shapes[i].0))
+            .collect();
+        let stacked =
+            Df11Linear::stacked(members, cols, Some(bias_t.clone()), DType::BF16).unwrap();
+        assert_eq!(stacked.shape(), (rows, cols));
+        let dense_w: Vec<bf16> = picked.iter().flat_map(|&i| member_w(i)).collect();
+        let dense = candle_nn::Linear::new(
+            Tensor::from_vec(dense_w, (rows, cols), &device).unwrap(),
+            Some(bias_t.clone()),
+        );
+        let dense = df11_candle::Linear::Dense(dense);
+        let one_by_one: Vec<Df11Linear> = picked
+            .iter()
+            .map(|&i| Df11Linear::new(g.clone(), i, shapes[i].0, cols, None, DType::BF16).unwrap())
+            .collect();
+        for batch in BATCHES {
+            let (_, x) = random_x(&mut rng, batch, cols, &device);
+            let what = format!("members {picked:?} batch {batch}");
+            let ys = stacked.forward(&x).unwrap();
+            assert!(
+                bits(&ys) == bits(&dense.forward(&x).unwrap()),
+                "{what}: stacked DF11 differs from the dense stack"
+            );
+            if device.is_cuda() {
+                let parts: Vec<Tensor> =
+                    one_by_one.iter().map(|l| l.forward(&x).unwrap()).collect();
+                let each = Tensor::cat(&parts, 1)
+                    .unwrap()
+                    .broadcast_add(&bias_t)
+                    .unwrap();
+                assert!(
+                    bits(&ys) == bits(&each),
+                    "{what}: stacked differs from the members one by one"
+                );
+            }
         }
     }
     g.check_status().unwrap();

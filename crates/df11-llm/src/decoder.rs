@@ -244,8 +244,20 @@ impl SelfAttention {
                 .expect("a name of Self::projections");
             weights.linear(&format!("{prefix}.{name}"), out, inp, bias)
         };
+        let stacked = if spec.fused_qkv {
+            None
+        } else {
+            // q, k and v read the same input: one stacked layer where the weights allow it
+            // (one launch instead of three; the same bits).
+            let names = ["q_proj", "k_proj", "v_proj"].map(|n| format!("{prefix}.{n}"));
+            let outs = [heads * d, kv_heads * d, kv_heads * d];
+            let modules: Vec<(&str, usize)> = names.iter().map(String::as_str).zip(outs).collect();
+            weights.stacked_linear(&modules, spec.hidden_size, spec.qkv_bias)?
+        };
         let qkv = if spec.fused_qkv {
             QkvProj::Fused(linear("qkv_proj", spec.qkv_bias)?)
+        } else if let Some(qkv) = stacked {
+            QkvProj::Fused(qkv)
         } else {
             QkvProj::Separate {
                 q: linear("q_proj", spec.qkv_bias)?,
@@ -515,8 +527,21 @@ impl GatedMlp {
                 .expect("a name of Self::projections");
             weights.linear(&format!("{prefix}.{name}"), out, inp, spec.mlp_bias)
         };
+        let stacked = if spec.fused_gate_up {
+            None
+        } else {
+            // gate and up read the same input: one stacked layer where the weights allow it.
+            let names = ["gate_proj", "up_proj"].map(|n| format!("{prefix}.{n}"));
+            let modules: Vec<(&str, usize)> = names
+                .iter()
+                .map(|n| (n.as_str(), spec.intermediate_size))
+                .collect();
+            weights.stacked_linear(&modules, spec.hidden_size, spec.mlp_bias)?
+        };
         let gate_up = if spec.fused_gate_up {
             GateUpProj::Fused(linear("gate_up_proj")?)
+        } else if let Some(gate_up) = stacked {
+            GateUpProj::Fused(gate_up)
         } else {
             GateUpProj::Separate {
                 gate: linear("gate_proj")?,
@@ -533,6 +558,17 @@ impl GatedMlp {
 
     /// Applies the MLP.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        // A stacked gate/up output on CUDA in BF16: the activation reads its two halves in place.
+        #[cfg(feature = "cuda")]
+        if let (GateUpProj::Fused(gate_up), crate::spec::Activation::Silu) =
+            (&self.gate_up, self.activation)
+        {
+            if x.device().is_cuda() && x.dtype() == DType::BF16 {
+                let both = gate_up.forward(x)?;
+                let act = df11_candle::ops::silu_mul_halves_bf16(&both)?;
+                return Ok(self.down_proj.forward(&act)?);
+            }
+        }
         let (gate, up) = match &self.gate_up {
             GateUpProj::Separate { gate, up } => (gate.forward(x)?, up.forward(x)?),
             GateUpProj::Fused(gate_up) => {

@@ -120,6 +120,53 @@ impl CudaOp2 for SiluMulOp {
     }
 }
 
+/// [`silu_mul_bf16`] of the two halves of the last dimension of `x` (`[..., 2 * inter]`: gate
+/// first, up second, as a stacked gate/up projection writes them) in one launch, without
+/// copying the halves out first: `[..., inter]`.
+pub fn silu_mul_halves_bf16(x: &Tensor) -> candle_core::Result<Tensor> {
+    x.contiguous()?.apply_op1_no_bwd(&SiluMulHalvesOp)
+}
+
+struct SiluMulHalvesOp;
+
+cuda_only_op!(CustomOp1 for SiluMulHalvesOp);
+
+impl CudaOp1 for SiluMulHalvesOp {
+    const NAME: &'static str = "silu-mul-halves-bf16";
+    const WHAT: &'static str = "silu_mul_halves_bf16";
+
+    fn cuda(&self, x: &CudaStorage, l: &Layout) -> CudaOut {
+        let width = *l.shape().dims().last().unwrap_or(&0);
+        if !width.is_multiple_of(2) {
+            candle_core::bail!("silu_mul_halves_bf16: an odd last dimension ({width})");
+        }
+        let xv = view(x, l, "silu_mul_halves_bf16")?;
+        let inter = width / 2;
+        let rows = xv.len().checked_div(width).unwrap_or(0);
+        let dev = x.device().clone();
+        let out = crate::cuda::launch::alloc_out(&dev, rows * inter)?;
+        let n = rows * inter;
+        if n > 0 {
+            let func = dev.get_or_load_custom_func("silu_mul_halves_bf16", MODULE, PTX)?;
+            let cfg = LaunchConfig {
+                grid_dim: (n.div_ceil(256).min(65_535) as u32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let (rows_arg, inter_arg) = (rows as i64, inter as i64);
+            let mut b = func.builder();
+            push_args!(b; &xv, &out, &rows_arg, &inter_arg);
+            // SAFETY: x holds rows * 2 inter BF16 values, out rows * inter.
+            unsafe { b.launch(cfg) }.w()?;
+        }
+        let mut dims = l.shape().dims().to_vec();
+        if let Some(last) = dims.last_mut() {
+            *last = inter;
+        }
+        Ok((CudaStorage::wrap_cuda_slice(out, dev), dims.into()))
+    }
+}
+
 struct RmsNormOp {
     eps: f32,
 }

@@ -33,7 +33,7 @@ mod exponent_walk;
 pub mod matmul;
 pub mod packed;
 pub mod segments;
-mod setting;
+pub(crate) mod setting;
 pub mod tile_order;
 
 #[cfg(feature = "cuda")]

@@ -220,6 +220,34 @@ impl PackedBuffers {
         }
     }
 
+    /// The members stacked as the `[rows, cols]` matrix at unit element `base`, if it is two or
+    /// three consecutive whole members, each in the tile order with `cols` columns: each one's
+    /// code table and rows, in order (the streaming tensor-core kernel multiplies them in one
+    /// launch).
+    pub(crate) fn stacked_members(
+        &self,
+        base: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Option<Vec<([u32; 2], usize)>> {
+        let end = base.checked_add(rows.checked_mul(cols)?)?;
+        let first = self.members.iter().position(|m| m.start == base)?;
+        let mut out = Vec::new();
+        let mut at = base;
+        for m in first..self.members.len() {
+            if at == end || out.len() == 3 {
+                break;
+            }
+            let o = self.orders[m]?;
+            if o.cols != cols || self.members[m].start != at || self.members[m].end > end {
+                return None;
+            }
+            out.push((self.host_tables[m], o.rows));
+            at = self.members[m].end;
+        }
+        (at == end && out.len() >= 2).then_some(out)
+    }
+
     /// Member `member`'s tile order, if it is stored so.
     pub(crate) fn tile_order(&self, member: usize) -> Option<TileOrder> {
         self.orders.get(member).copied().flatten()

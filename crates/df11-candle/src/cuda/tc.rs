@@ -280,10 +280,48 @@ pub(crate) struct PackedTcOp<'a> {
     pub(crate) cols: usize,
 }
 
+/// What [`PackedTcOp`] multiplies: a part of one member in row order or a whole tiled member
+/// (`tiled`), or two or three stacked tiled members (the streaming kernel only).
+enum TcMatrix {
+    Member { table: [u32; 2], tiled: bool },
+    Stacked(Vec<([u32; 2], usize)>),
+}
+
 impl PackedTcOp<'_> {
-    /// Whether the op takes the member matrix `[rows, cols]` at `base` of `unit`.
-    pub(crate) fn takes(unit: &PackedBuffers, base: usize, rows: usize, cols: usize) -> bool {
-        tc_shape(cols) && base.is_multiple_of(256) && unit.matrix_order(base, rows, cols).is_some()
+    fn matrix(&self) -> Option<TcMatrix> {
+        let (u, base, rows, cols) = (self.unit, self.base, self.rows, self.cols);
+        if !tc_shape(cols) || !base.is_multiple_of(256) {
+            return None;
+        }
+        if let (Some(table), Some(tiled)) = (
+            u.table_of(&(base..base + rows * cols)),
+            u.matrix_order(base, rows, cols),
+        ) {
+            return Some(TcMatrix::Member { table, tiled });
+        }
+        u.stacked_members(base, rows, cols).map(TcMatrix::Stacked)
+    }
+
+    /// Whether the streaming kernel may take a tiled matrix (one member or stacked) at `nb` rows
+    /// of input on `dev`.
+    fn streams(&self, nb: usize, dev: &CudaDevice) -> candle_core::Result<bool> {
+        if !(STREAM.get() && self.cols.is_multiple_of(2048) && self.base.is_multiple_of(2048)) {
+            return Ok(false);
+        }
+        let tiling = TcTiling::new(self.rows, self.cols, nb)?;
+        Ok(tiling
+            .stream_plan(nb, false, smem_per_block_optin(dev)?)
+            .is_some())
+    }
+
+    /// Whether the op takes the matrix `[rows, cols]` at `base` of `unit` at `nb` rows of input
+    /// on `dev`: a part of one member, or stacked members where the streaming kernel runs.
+    pub(crate) fn takes(&self, nb: usize, dev: &CudaDevice) -> candle_core::Result<bool> {
+        Ok(match self.matrix() {
+            Some(TcMatrix::Member { .. }) => true,
+            Some(TcMatrix::Stacked(_)) => self.streams(nb, dev)?,
+            None => false,
+        })
     }
 }
 
@@ -304,26 +342,39 @@ impl CudaOp2 for PackedTcOp<'_> {
             candle_core::bail!("df11: sign_mantissa must be the unit's whole contiguous buffer");
         }
         let nb = check_rows(x_l, cols, TC_LIMIT_ROWS)?;
-        let (Some([t0, t1]), Some(tiled)) = (
-            u.table_of(&(base..base + rows * cols)),
-            u.matrix_order(base, rows, cols),
-        ) else {
+        let Some(matrix) = self.matrix() else {
             candle_core::bail!(
-                "df11: the [{rows}, {cols}] matrix at element {base} is not a part of one member in row order or a whole tiled member"
+                "df11: the [{rows}, {cols}] matrix at element {base} is not a part of one member in row order, a whole tiled member or stacked tiled members"
             );
         };
-        if !base.is_multiple_of(256) {
-            candle_core::bail!("df11: the matrix at element {base} is not 256-aligned");
-        }
+        // The members' tables and the row groups where the second and third begin (the
+        // streaming kernel's TsTables).
+        let (tables, g1, g2, tiled) = match &matrix {
+            TcMatrix::Member { table, tiled } => ([*table; 3], i32::MAX, i32::MAX, *tiled),
+            TcMatrix::Stacked(members) => {
+                let mut tables = [members[0].0; 3];
+                let mut bounds = [i32::MAX; 2];
+                let mut groups = 0;
+                for (i, (table, member_rows)) in members.iter().enumerate() {
+                    tables[i] = *table;
+                    if i > 0 {
+                        bounds[i - 1] = groups as i32;
+                    }
+                    groups += member_rows / 8;
+                }
+                (tables, bounds[0], bounds[1], true)
+            }
+        };
         let tiling = TcTiling::new(rows, cols, nb)?;
         // Tiled members whose sub-steps are whole packed chunks stream them (the same output).
-        let stream =
-            tiled && cols.is_multiple_of(2048) && base.is_multiple_of(2048) && STREAM.get();
-        let streamed = if stream {
+        let streamed = if tiled && self.streams(nb, &dev)? {
             stream_config(&dev, &tiling, false, rows, nb)?
         } else {
             None
         };
+        if streamed.is_none() && matches!(matrix, TcMatrix::Stacked(_)) {
+            candle_core::bail!("df11: stacked members need the streaming tensor-core kernel");
+        }
         let plan = streamed.map(|(_, _, plan)| plan);
         let (cfg, name, module, ptx) = match streamed {
             Some((cfg, name, _)) => (cfg, name, STREAM_MODULE, STREAM_PTX),
@@ -339,9 +390,14 @@ impl CudaOp2 for PackedTcOp<'_> {
         let (nb_, rows_, cols_, base_) = (nb as i32, rows as i32, cols as i32, base as i64);
         let (groups, steps) = (tiling.tile_groups as i32, tiling.steps as i32);
         let tiled_ = tiled as i32;
+        let [[t0, t1], [t0b, t1b], [t0c, t1c]] = tables;
         let mut b = func.builder();
         u.push_packed(&mut b);
-        push_args!(b; &t0, &t1, sm);
+        push_args!(b; &t0, &t1);
+        if plan.is_some() {
+            push_args!(b; &t0b, &t1b, &t0c, &t1c, &g1, &g2);
+        }
+        push_args!(b; sm);
         push_args!(b; &xv, &out, &nb_, &rows_, &cols_, &base_, &groups, &steps);
         let nslots = plan.map_or(0, |p| p.nslots);
         if plan.is_some() {
@@ -350,7 +406,8 @@ impl CudaOp2 for PackedTcOp<'_> {
             push_args!(b; &tiled_);
         }
         // SAFETY: the matrix lies inside one member of the unit (table_of), in row order or the
-        // whole member in the tile order (matrix_order: rows % 8 == 0 there), base and cols are
+        // whole member in the tile order (matrix_order: rows % 8 == 0 there), or is whole
+        // consecutive tiled members (stacked_members, streaming only); base and cols are
         // multiples of 256, x holds nb rows of cols; the packed buffers cover the unit and escape
         // reads are clamped in the kernel. Streaming: every sub-step is a whole chunk of the unit
         // (tiled, base and cols multiples of 2048), whose codes, sign_mantissa, lane starts and

@@ -45,6 +45,9 @@ pub struct Df11Group {
     /// Members decoded ahead on a second stream ([`Df11Group::decode_ahead`]).
     #[cfg(feature = "cuda")]
     ahead: std::sync::Mutex<Option<ahead::Ahead>>,
+    /// Element ranges of consecutive members that a stacked linear layer reads as one matrix
+    /// ([`crate::Df11Linear::stacked`]): decoded ahead as one piece.
+    stacks: std::sync::Mutex<Vec<std::ops::Range<usize>>>,
 }
 
 impl std::fmt::Debug for Df11Group {
@@ -195,6 +198,7 @@ impl Df11Group {
             residency,
             #[cfg(feature = "cuda")]
             ahead: std::sync::Mutex::new(None),
+            stacks: std::sync::Mutex::new(Vec::new()),
         });
         group.check_loaded()?;
         group.release();
@@ -414,14 +418,21 @@ impl Df11Group {
             Store::Cpu { .. } => None,
         };
         match (kernel, packed) {
-            (FusedKernel::TensorCore, Some(unit)) if PackedTcOp::takes(unit, base, rows, cols) => {
+            (FusedKernel::TensorCore, Some(unit)) => {
                 let op = PackedTcOp {
                     unit,
                     base,
                     rows,
                     cols,
                 };
-                return Ok(on.sign_mantissa.apply_op2_no_bwd(x2, &op)?);
+                let nb = x2.elem_count() / cols.max(1);
+                let takes = match x2.device() {
+                    candle_core::Device::Cuda(dev) => op.takes(nb, dev)?,
+                    _ => false,
+                };
+                if takes {
+                    return Ok(on.sign_mantissa.apply_op2_no_bwd(x2, &op)?);
+                }
             }
             // A member in the tile order is read by the tensor-core kernels only.
             (FusedKernel::CudaCore, Some(unit))
@@ -471,6 +482,28 @@ impl Df11Group {
             w.copy()?
         };
         Ok(crate::cuda::twin::twin_matmul(&w, x2, kernel)?)
+    }
+
+    /// Records that a linear layer reads the consecutive members at `elements` as one matrix.
+    pub(crate) fn add_stack(&self, elements: std::ops::Range<usize>) {
+        let mut stacks = self.stacks.lock().expect("stack lock");
+        if !stacks.contains(&elements) {
+            stacks.push(elements);
+        }
+    }
+
+    /// The element ranges a product reads: the stacks ([`Self::add_stack`]) and every member
+    /// outside them.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn product_ranges(&self) -> Vec<std::ops::Range<usize>> {
+        let stacks = self.stacks.lock().expect("stack lock").clone();
+        let mut out = stacks.clone();
+        for m in self.layout.member_ranges() {
+            if !stacks.iter().any(|s| s.start <= m.start && m.end <= s.end) {
+                out.push(m);
+            }
+        }
+        out
     }
 
     /// Whether the unit has a segment index on its device (the fused and segment kernels).

@@ -62,8 +62,12 @@ impl MemberSlice {
 /// How a module holds its weight.
 #[derive(Debug, Clone)]
 enum Weight {
-    /// Compressed; decoded at every forward.
+    /// Compressed; decoded at every forward. Stacked members consecutive in one unit are one
+    /// slice over all of them.
     Compressed(MemberSlice),
+    /// Members stacked by rows that are not consecutive in one unit: multiplied (or decoded) one
+    /// by one and concatenated.
+    Stacked(Vec<MemberSlice>),
     /// Decoded once (reference mode), already in the compute dtype.
     Decoded(Tensor),
 }
@@ -96,6 +100,51 @@ impl Df11Linear {
         })
     }
 
+    /// One linear layer over several members stacked by rows (`[q; k; v]`, `[gate; up]`):
+    /// `members[i]` is `(unit, member index, out_features)`, every one `in_features` wide; the
+    /// output's columns are theirs in order, `bias` the stacked bias. Members consecutive in one
+    /// unit are one slice (on CUDA the streaming tensor-core kernel multiplies tiled ones in one
+    /// launch); others are multiplied one by one. The result is the same bits either way: each
+    /// output depends only on its own row of weights.
+    pub fn stacked(
+        members: Vec<(Arc<Df11Group>, usize, usize)>,
+        in_features: usize,
+        bias: Option<Tensor>,
+        dtype: DType,
+    ) -> Result<Self> {
+        if members.is_empty() {
+            return Err(Df11Error::Usage(
+                "a stacked linear layer needs at least one member".into(),
+            ));
+        }
+        let slices = members
+            .iter()
+            .map(|(g, m, out)| MemberSlice::new(g.clone(), *m, (*out, in_features)))
+            .collect::<Result<Vec<_>>>()?;
+        let consecutive = slices.windows(2).all(|w| {
+            Arc::ptr_eq(&w[0].group, &w[1].group) && w[0].elements.end == w[1].elements.start
+        });
+        let weight = if consecutive {
+            let rows = slices.iter().map(|s| s.shape.0).sum();
+            let elements = slices[0].elements.start..slices[slices.len() - 1].elements.end;
+            if slices.len() > 1 {
+                slices[0].group.add_stack(elements.clone());
+            }
+            Weight::Compressed(MemberSlice {
+                group: slices[0].group.clone(),
+                elements,
+                shape: (rows, in_features),
+            })
+        } else {
+            Weight::Stacked(slices)
+        };
+        Ok(Self {
+            weight,
+            bias: bias.map(|b| b.to_dtype(dtype)).transpose()?,
+            dtype,
+        })
+    }
+
     /// The same layer with its weight decoded once and kept (BF16-sized memory): the reference
     /// for speed and correctness.
     pub fn decoded(self) -> Result<Self> {
@@ -108,13 +157,20 @@ impl Df11Linear {
 
     /// Whether the weight is kept compressed.
     pub fn is_compressed(&self) -> bool {
-        matches!(self.weight, Weight::Compressed(_))
+        !matches!(self.weight, Weight::Decoded(_))
     }
 
     /// The weight `[out, in]` in the compute dtype (decoded now if compressed).
     pub fn weight(&self) -> Result<Tensor> {
         match &self.weight {
             Weight::Compressed(s) => Ok(s.decode()?.to_dtype(self.dtype)?),
+            Weight::Stacked(slices) => {
+                let parts = slices
+                    .iter()
+                    .map(MemberSlice::decode)
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(Tensor::cat(&parts, 0)?.to_dtype(self.dtype)?)
+            }
             Weight::Decoded(w) => Ok(w.clone()),
         }
     }
@@ -128,6 +184,7 @@ impl Df11Linear {
     pub fn group(&self) -> Option<&Arc<Df11Group>> {
         match &self.weight {
             Weight::Compressed(s) => Some(&s.group),
+            Weight::Stacked(slices) => Some(&slices[0].group),
             Weight::Decoded(_) => None,
         }
     }
@@ -136,6 +193,7 @@ impl Df11Linear {
     pub fn shape(&self) -> (usize, usize) {
         match &self.weight {
             Weight::Compressed(s) => s.shape,
+            Weight::Stacked(slices) => (slices.iter().map(|s| s.shape.0).sum(), slices[0].shape.1),
             Weight::Decoded(w) => w.dims2().unwrap_or((0, 0)),
         }
     }
@@ -163,6 +221,34 @@ impl Module for Df11Linear {
                                 .map_err(candle_core::Error::wrap)
                         },
                     );
+                }
+            }
+            Weight::Stacked(slices) => {
+                let cols = slices[0].shape.1;
+                if let Some(kernel) = crate::cuda::launch::fused_kernel(x, cols) {
+                    let parts = slices
+                        .iter()
+                        .map(|s| {
+                            let (rows, base) = (s.shape.0, s.elements.start);
+                            crate::cuda::launch::apply_rows(
+                                x,
+                                cols,
+                                rows,
+                                None,
+                                kernel.limit_rows(),
+                                |x2| {
+                                    s.group
+                                        .fused_matmul(x2, base, rows, cols, kernel)
+                                        .map_err(candle_core::Error::wrap)
+                                },
+                            )
+                        })
+                        .collect::<candle_core::Result<Vec<_>>>()?;
+                    let y = Tensor::cat(&parts, parts[0].rank() - 1)?;
+                    return match &self.bias {
+                        Some(b) => y.broadcast_add(b),
+                        None => Ok(y),
+                    };
                 }
             }
             Weight::Decoded(w) => {
@@ -265,6 +351,8 @@ impl Df11Embedding {
     pub fn table(&self) -> Result<Tensor> {
         match &self.weight {
             Weight::Compressed(s) => Ok(s.decode()?.to_dtype(self.dtype)?),
+            // An embedding is made of one member (`Df11Embedding::new`).
+            Weight::Stacked(_) => Err(Df11Error::Usage("an embedding is one member".into())),
             Weight::Decoded(w) => Ok(w.clone()),
         }
     }

@@ -14,6 +14,34 @@ use crate::format::safetensors_index::{RawTensor, SafetensorsIndex};
 use crate::nn::group::Df11Group;
 use crate::nn::linear::{Df11Embedding, Df11Linear};
 
+/// `DF11_STACK` (`on`, the default, or `off`): whether [`stacks_projections`] may stack.
+static STACK: crate::cuda::setting::Setting<bool> = crate::cuda::setting::Setting::new(
+    "DF11_STACK",
+    "stack setting",
+    &[("on", true), ("off", false)],
+);
+
+/// Turns the stacking of projections off or on for models loaded from now on (overrides
+/// `DF11_STACK`; the results are the same bits either way at 1 to 16 rows, where the products
+/// are row by row).
+pub fn set_stack_projections(on: bool) {
+    STACK.set(on);
+}
+
+/// Whether a model on `device` loads projections that read the same input `in_features` wide
+/// (q/k/v, gate/up) as one stacked linear layer ([`ModelWeights::stacked_linear`]): on CUDA,
+/// while units tile their members ([`crate::tile_members_enabled`]) and for widths of whole
+/// 2048-column chunks, where the streaming tensor-core kernel multiplies a DF11 stack in one
+/// launch; not under `DF11_STACK=off`.
+pub fn stacks_projections(device: &Device, in_features: usize) -> bool {
+    cfg!(feature = "cuda")
+        && device.is_cuda()
+        && STACK.get()
+        && crate::tile_members_enabled()
+        && in_features > 0
+        && in_features.is_multiple_of(2048)
+}
+
 /// A linear layer loaded from either kind of folder.
 #[derive(Debug, Clone)]
 pub enum Linear {
@@ -387,6 +415,63 @@ impl ModelWeights {
         }
         let w = self.tensor(&weight, &[out_features, in_features])?;
         Ok(Linear::Dense(candle_nn::Linear::new(w, bias)))
+    }
+
+    /// The linear layers `modules` (`(module, out_features)`, each `in_features` wide) as one
+    /// whose output is theirs side by side (`[q; k; v]` by rows: one launch where there were
+    /// three), where [`stacks_projections`] says so for this device and width; `None` otherwise
+    /// (load them one by one). A DF11 stack of consecutive tiled members multiplies in one
+    /// streaming launch ([`Df11Linear::stacked`]); a dense one is their weights concatenated.
+    /// The decision depends on the device, the settings and the width only, never on the
+    /// folder's format, so a DF11 model and its BF16 original stack alike (at the cuBLAS batch
+    /// sizes the product's shape is part of the result's bits).
+    pub fn stacked_linear(
+        &self,
+        modules: &[(&str, usize)],
+        in_features: usize,
+        bias: bool,
+    ) -> Result<Option<Linear>> {
+        if modules.len() < 2 || !stacks_projections(&self.device, in_features) {
+            return Ok(None);
+        }
+        for &(m, out) in modules {
+            self.declare_linear(m, out, in_features);
+        }
+        let bias = if bias {
+            let parts = modules
+                .iter()
+                .map(|&(m, out)| self.tensor(&format!("{m}.bias"), &[out]))
+                .collect::<Result<Vec<_>>>()?;
+            Some(Tensor::cat(&parts, 0)?)
+        } else {
+            None
+        };
+        let mut compressed = Vec::new();
+        for &(m, out) in modules {
+            match self.group_of(&format!("{m}.weight"))? {
+                Some((g, member)) => compressed.push((g, member, out)),
+                None => break,
+            }
+        }
+        if compressed.len() == modules.len() {
+            let l = Df11Linear::stacked(compressed, in_features, bias, self.dtype)?;
+            let l = if self.format == WeightFormat::Df11DecodedAtLoad {
+                l.decoded()?
+            } else {
+                l
+            };
+            return Ok(Some(Linear::Df11(l)));
+        }
+        if !compressed.is_empty() {
+            // Some compressed, some not (no DF11 release mixes them in one layer): one by one.
+            return Ok(None);
+        }
+        let parts = modules
+            .iter()
+            .map(|&(m, out)| self.tensor(&format!("{m}.weight"), &[out, in_features]))
+            .collect::<Result<Vec<_>>>()?;
+        let w = Tensor::cat(&parts, 0)?;
+        Ok(Some(Linear::Dense(candle_nn::Linear::new(w, bias))))
     }
 
     /// The embedding of module `module` (table `module.weight`).

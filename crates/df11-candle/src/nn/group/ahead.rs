@@ -45,7 +45,8 @@ impl Df11Group {
             return Ok(false);
         };
         let mut members = Vec::new();
-        for range in self.layout.member_ranges() {
+        // Each member, or the stack of members a linear layer reads as one matrix.
+        for range in self.product_ranges() {
             let (out, shape) = match (unit.packed(), &segments) {
                 (Some(packed), _) => crate::cuda::packed_kernels::decode_packed_on(
                     packed,
