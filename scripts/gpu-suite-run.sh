@@ -183,6 +183,12 @@ if [ -z "${ONLY_SANITIZE:-}" ]; then
     variant_run row-order DF11_TILE=off "model@models/$m-df11" "df11_logits_equal_bf16 decode_paths_agree"
   done
   variant_run no-stream DF11_TC_STREAM=off model@models/qwen3-df11 "df11_logits_equal_bf16 decode_paths_agree"
+  # Every tensor-core shape tiled (DF11_TILE=all; the default tiles whole 2048-column chunks, which
+  # the fixtures' widths are not): the tiled path through whole models.
+  for m in qwen3 gemma3; do
+    variant_run tile-all DF11_TILE=all "model@models/$m-df11" "df11_logits_equal_bf16 decode_paths_agree split_layers"
+  done
+  variant_run tile-all DF11_TILE=all modules_exact
   # Projections loaded one by one (DF11_STACK=off; q/k/v and gate/up are stacked by default).
   variant_run no-stack DF11_STACK=off model@models/qwen3-df11 "df11_logits_equal_bf16 decode_paths_agree split_layers"
 fi

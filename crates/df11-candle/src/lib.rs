@@ -121,7 +121,9 @@ pub use cuda::packed::{exponent_form, set_exponent_form, ExponentForm, PackedExp
 pub use cuda::segments::SegmentIndex;
 #[cfg(feature = "cuda")]
 pub use cuda::tc::set_tc_stream;
-pub use cuda::tile_order::{set_tile_members, tile_members_enabled, TileOrder};
+pub use cuda::tile_order::{
+    set_tile_members, set_tile_policy, tile_members_enabled, tile_policy, TileMembers, TileOrder,
+};
 pub use error::{Df11Error, Result, UnitDefect};
 pub use format::config::{Df11Config, Pattern, PatternDict};
 pub use format::model::{Df11Model, Df11Unit};

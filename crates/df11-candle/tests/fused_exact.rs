@@ -207,19 +207,25 @@ fn the_fused_path_is_taken_exactly_on_cuda() {
     // Columns that are not whole 256-column passes: the CUDA-core kernels, up to 4 rows.
     assert_eq!(fused_plan(1, 64, &device), on_cuda(FusedKernel::CudaCore));
     assert_eq!(fused_plan(FUSED_MAX_ROWS + 1, 64, &device), None);
-    // Whole passes: the tensor cores (the GPU suite runs on sm_90) up to 16 rows, from 1 row
-    // while units tile their members (the default), else from 3.
+    // Whole passes: the tensor cores (the GPU suite runs on sm_90) up to 16 rows, from 1 row for
+    // the widths units tile (by default whole 2048-column chunks), else from 3.
     df11_candle::set_tile_members(true);
+    assert_eq!(
+        fused_plan(1, 2048, &device),
+        on_cuda(FusedKernel::TensorCore)
+    );
+    assert_eq!(fused_plan(1, 256, &device), on_cuda(FusedKernel::CudaCore));
+    assert_eq!(
+        fused_plan(TC_MIN_ROWS - 1, 5120, &device),
+        on_cuda(FusedKernel::CudaCore)
+    );
+    df11_candle::set_tile_policy(df11_candle::TileMembers::All);
     assert_eq!(
         fused_plan(1, 256, &device),
         on_cuda(FusedKernel::TensorCore)
     );
     df11_candle::set_tile_members(false);
-    assert_eq!(fused_plan(1, 256, &device), on_cuda(FusedKernel::CudaCore));
-    assert_eq!(
-        fused_plan(TC_MIN_ROWS - 1, 256, &device),
-        on_cuda(FusedKernel::CudaCore)
-    );
+    assert_eq!(fused_plan(1, 2048, &device), on_cuda(FusedKernel::CudaCore));
     df11_candle::set_tile_members(true);
     assert_eq!(
         fused_plan(TC_MIN_ROWS, 256, &device),

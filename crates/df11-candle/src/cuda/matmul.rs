@@ -57,8 +57,8 @@ pub const FUSED_LIMIT_ROWS: usize = 8;
 
 /// Rows (tokens) from which [`MatmulPath::Auto`] takes the tensor-core kernels, where the shape
 /// allows them (below, the CUDA-core kernels are faster; docs/PERFORMANCE.md, "Tensor-core fused
-/// products"). While units tile their members ([`crate::tile_members_enabled`]) the
-/// tensor-core kernels take every batch size from 1 row: the CUDA-core kernels cannot read a
+/// products"). For widths whose members units tile ([`crate::cuda::tile_order::tiles_columns`])
+/// the tensor-core kernels take every batch size from 1 row: the CUDA-core kernels cannot read a
 /// tiled member.
 pub const TC_MIN_ROWS: usize = 3;
 
@@ -136,7 +136,7 @@ pub fn fused_plan(rows: usize, cols: usize, device: &Device) -> Option<FusedKern
     }
     let tc = KERNEL.get().is_none() && tc_shape(cols) && tensor_cores(device);
     // A setting, not the weight format: a BF16 model in the same process plans alike.
-    let tc_min = if crate::tile_members_enabled() {
+    let tc_min = if crate::cuda::tile_order::tiles_columns(cols) {
         1
     } else {
         TC_MIN_ROWS

@@ -24,23 +24,68 @@ use rayon::prelude::*;
 
 use crate::cuda::setting::Setting;
 
-/// Whether units loaded from now on tile the members whose shapes they are given (`DF11_TILE`:
-/// `on`, the default, or `off`). A tiled member takes the tensor-core kernels at every batch
-/// size; since the streaming kernels (`kernels/df11_tc_stream.cu`, session 11) they are the
-/// fastest DF11 products from 1 to 16 rows (docs/PERFORMANCE.md). Off, members stay in row order
-/// and 1-2 rows take the CUDA-core kernels.
-static TILE: Setting<bool> =
-    Setting::new("DF11_TILE", "tile setting", &[("on", true), ("off", false)]);
-
-/// Turns the tile order on or off for units loaded from now on (overrides `DF11_TILE`).
-pub fn set_tile_members(on: bool) {
-    TILE.set(on);
+/// Which members units loaded from now on store in the tile order, of those whose shapes they
+/// are given (`DF11_TILE`: `on`, the default, `all` or `off`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TileMembers {
+    /// Members whose columns are whole 2048-column chunks (`on`): the shapes the streaming
+    /// kernels (`kernels/df11_tc_stream.cu`) take, the fastest DF11 products from 1 to 16 rows
+    /// (docs/PERFORMANCE.md); the products of those widths take the tensor-core kernels from 1
+    /// row. Other members stay in row order, where 1-2 rows take the CUDA-core kernels.
+    Chunked,
+    /// Every shape the tensor-core kernels take (`all`; tests and measurements): members wider
+    /// than whole chunks then take `df11_tc.cu` from 1 row, slower at 1-2 rows than the
+    /// CUDA-core kernels on row order.
+    All,
+    /// None (`off`): every member in row order.
+    Off,
 }
 
-/// Whether units loaded now tile the members they know the shapes of ([`set_tile_members`],
-/// else `DF11_TILE`, else on).
-pub fn tile_members_enabled() -> bool {
+static TILE: Setting<TileMembers> = Setting::new(
+    "DF11_TILE",
+    "tile setting",
+    &[
+        ("on", TileMembers::Chunked),
+        ("all", TileMembers::All),
+        ("off", TileMembers::Off),
+    ],
+);
+
+/// Turns the tile order on ([`TileMembers::Chunked`]) or off for units loaded from now on
+/// (overrides `DF11_TILE`).
+pub fn set_tile_members(on: bool) {
+    TILE.set(if on {
+        TileMembers::Chunked
+    } else {
+        TileMembers::Off
+    });
+}
+
+/// Sets which members units loaded from now on tile (overrides `DF11_TILE`).
+pub fn set_tile_policy(policy: TileMembers) {
+    TILE.set(policy);
+}
+
+/// The tile policy in force ([`set_tile_policy`], else `DF11_TILE`, else
+/// [`TileMembers::Chunked`]).
+pub fn tile_policy() -> TileMembers {
     TILE.get()
+}
+
+/// Whether units loaded now tile some of the members they know the shapes of.
+pub fn tile_members_enabled() -> bool {
+    TILE.get() != TileMembers::Off
+}
+
+/// Whether a product over `cols` columns plans for tiled members: the tensor-core kernels from 1
+/// row (a tiled member never takes the CUDA-core kernels). A setting and a width, never the
+/// weight's format, so DF11 and BF16 models plan alike.
+pub fn tiles_columns(cols: usize) -> bool {
+    match TILE.get() {
+        TileMembers::Chunked => cols > 0 && cols.is_multiple_of(2048),
+        TileMembers::All => true,
+        TileMembers::Off => false,
+    }
 }
 
 /// Most members a unit with a tiled member may have (`DP_MEMBERS` of `kernels/df11_packed.cu`:
@@ -105,11 +150,28 @@ pub fn member_orders(
     members: &[Range<usize>],
     shapes: &[Option<(usize, usize)>],
 ) -> Vec<Option<TileOrder>> {
+    member_orders_for(tile_policy(), members, shapes)
+}
+
+/// [`member_orders`] under `policy` instead of the one in force.
+pub fn member_orders_for(
+    policy: TileMembers,
+    members: &[Range<usize>],
+    shapes: &[Option<(usize, usize)>],
+) -> Vec<Option<TileOrder>> {
     let on = members.len() <= MAX_TILED_UNIT_MEMBERS;
+    let takes = |cols: usize| match policy {
+        TileMembers::Chunked => cols.is_multiple_of(2048),
+        TileMembers::All => true,
+        TileMembers::Off => false,
+    };
     members
         .iter()
         .enumerate()
-        .map(|(i, m)| TileOrder::for_member(shapes.get(i).copied().flatten().filter(|_| on), m))
+        .map(|(i, m)| {
+            let shape = shapes.get(i).copied().flatten();
+            TileOrder::for_member(shape.filter(|&(_, cols)| on && takes(cols)), m)
+        })
         .collect()
 }
 
@@ -218,7 +280,21 @@ mod tests {
         let n = members[2].end;
         let values: Vec<u32> = (0..n as u32).collect();
         // The third member starts at 2100, not a multiple of 256: it stays row-major.
-        let orders = member_orders(&members, &[Some((8, 256)), None, Some((16, 512))]);
+        let shapes = [Some((8, 256)), None, Some((16, 512))];
+        let orders = member_orders_for(TileMembers::All, &members, &shapes);
+        // By default only whole 2048-column chunks are tiled.
+        let chunked = member_orders_for(TileMembers::Chunked, &members, &shapes);
+        assert_eq!(chunked, [None, None, None]);
+        // Two 8 x 2048 members, whole chunks: both tiled.
+        let two = [0..8 * 2048, 8 * 2048..16 * 2048];
+        let wide = member_orders_for(TileMembers::Chunked, &two, &[Some((8, 2048)); 2]);
+        assert_eq!(
+            wide,
+            [Some(TileOrder {
+                rows: 8,
+                cols: 2048
+            }); 2]
+        );
         assert_eq!(orders[0], Some(TileOrder { rows: 8, cols: 256 }));
         assert_eq!(orders[1..], [None, None]);
         let tiled = tile_members(&values, &members, &orders).unwrap();
@@ -236,11 +312,10 @@ mod tests {
         // Too many members for the tiled decode: none tiled, and such orders refused.
         let many: Vec<Range<usize>> = (0..33).map(|i| 2048 * i..2048 * (i + 1)).collect();
         let shapes = vec![Some((8, 256)); 33];
-        assert!(member_orders(&many, &shapes).iter().all(Option::is_none));
+        let all = |m: &[Range<usize>]| member_orders_for(TileMembers::All, m, &shapes);
+        assert!(all(&many).iter().all(Option::is_none));
         let forced = vec![Some(TileOrder { rows: 8, cols: 256 }); 33];
         assert!(checked_orders(&many, &forced).is_none());
-        assert!(member_orders(&many[..32], &shapes)
-            .iter()
-            .all(Option::is_some));
+        assert!(all(&many[..32]).iter().all(Option::is_some));
     }
 }

@@ -29,17 +29,17 @@ pub fn set_stack_projections(on: bool) {
 }
 
 /// Whether a model on `device` loads projections that read the same input `in_features` wide
-/// (q/k/v, gate/up) as one stacked linear layer ([`ModelWeights::stacked_linear`]): on CUDA,
-/// while units tile their members ([`crate::tile_members_enabled`]) and for widths of whole
-/// 2048-column chunks, where the streaming tensor-core kernel multiplies a DF11 stack in one
-/// launch; not under `DF11_STACK=off`.
+/// (q/k/v, gate/up) as one stacked linear layer ([`ModelWeights::stacked_linear`]): on CUDA, for
+/// widths of whole 2048-column chunks whose members units tile
+/// ([`crate::cuda::tile_order::tiles_columns`]), where the streaming tensor-core kernel
+/// multiplies a DF11 stack in one launch; not under `DF11_STACK=off`.
 pub fn stacks_projections(device: &Device, in_features: usize) -> bool {
     cfg!(feature = "cuda")
         && device.is_cuda()
         && STACK.get()
-        && crate::tile_members_enabled()
         && in_features > 0
         && in_features.is_multiple_of(2048)
+        && crate::cuda::tile_order::tiles_columns(in_features)
 }
 
 /// A linear layer loaded from either kind of folder.
