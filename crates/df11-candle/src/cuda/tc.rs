@@ -35,6 +35,36 @@ const STREAM_TABLE_BYTES: usize = 8 * 4096;
 const STREAM_STAGE_BYTES: usize = 3120;
 const STREAM_TWIN_STAGE_BYTES: usize = 4096;
 const STREAM_RING_STAGES: usize = 8 * 2;
+
+/// The streaming kernels' module: its name, its PTX and the stages of a warp's ring
+/// (`STREAM_RING_STAGES / 8` for the embedded one). For kernel measurements,
+/// `DF11_TC_STREAM_PTX` names a PTX file built from `kernels/df11_tc_stream.cu` with other `-D`
+/// settings (`scripts/gpu-tc-variants.sh`), and `DF11_TC_STREAM_DEPTH` its `TS_DEPTH`; a file
+/// that cannot be read is an error at the first launch, never a silent fallback.
+fn stream_module() -> candle_core::Result<(&'static str, &'static str, usize)> {
+    static MODULE: OnceLock<Result<(&'static str, &'static str, usize), String>> = OnceLock::new();
+    let m = MODULE.get_or_init(|| {
+        let Some(path) = std::env::var_os("DF11_TC_STREAM_PTX") else {
+            return Ok((STREAM_MODULE, STREAM_PTX, STREAM_RING_STAGES / 8));
+        };
+        let ptx = std::fs::read_to_string(&path)
+            .map_err(|e| format!("DF11_TC_STREAM_PTX {}: {e}", path.to_string_lossy()))?;
+        let depth = match std::env::var("DF11_TC_STREAM_DEPTH") {
+            Ok(d) => d
+                .parse::<usize>()
+                .ok()
+                .filter(|d| (2..=8).contains(d))
+                .ok_or_else(|| format!("DF11_TC_STREAM_DEPTH {d:?}: not 2 to 8"))?,
+            Err(_) => STREAM_RING_STAGES / 8,
+        };
+        Ok((
+            "df11_tc_stream_override",
+            &*Box::leak(ptx.into_boxed_str()),
+            depth,
+        ))
+    });
+    m.clone().map_err(candle_core::Error::msg)
+}
 /// Shared memory of one SM its CTAs may share (H100: 228 KiB, 1 KiB of it reserved per CTA).
 const SM_SHARED_BYTES: usize = 228 * 1024;
 
@@ -139,7 +169,8 @@ impl TcTiling {
         } else {
             (STREAM_TABLE_BYTES, STREAM_STAGE_BYTES)
         };
-        let ring = STREAM_RING_STAGES * stage;
+        let depth = stream_module().map_or(STREAM_RING_STAGES / 8, |(_, _, d)| d);
+        let ring = 8 * depth * stage;
         let partial = self.partial_bytes(nb).next_multiple_of(16);
         for per_sm in [2u32, 1] {
             for nslots in [4usize, 2, 1] {
@@ -257,10 +288,11 @@ fn stream_config(
         return Ok(None);
     };
     let name = tiling.stream_kernel(nb, twin);
+    let (module, ptx, _) = stream_module()?;
     let cfg = launch_config_in(
         dev,
-        STREAM_MODULE,
-        STREAM_PTX,
+        module,
+        ptx,
         name,
         plan.smem,
         tiling.tiles(rows),
@@ -377,7 +409,10 @@ impl CudaOp2 for PackedTcOp<'_> {
         }
         let plan = streamed.map(|(_, _, plan)| plan);
         let (cfg, name, module, ptx) = match streamed {
-            Some((cfg, name, _)) => (cfg, name, STREAM_MODULE, STREAM_PTX),
+            Some((cfg, name, _)) => {
+                let (module, ptx, _) = stream_module()?;
+                (cfg, name, module, ptx)
+            }
             None => {
                 let (cfg, _) = config(&dev, &tiling, false, rows, nb)?;
                 (cfg, tiling.kernel(false), MODULE, PTX)
@@ -443,7 +478,10 @@ impl CudaOp2 for TwinTcOp {
         };
         let plan = streamed.map(|(_, _, plan)| plan);
         let (cfg, name, module, ptx) = match streamed {
-            Some((cfg, name, _)) => (cfg, name, STREAM_MODULE, STREAM_PTX),
+            Some((cfg, name, _)) => {
+                let (module, ptx, _) = stream_module()?;
+                (cfg, name, module, ptx)
+            }
             None => {
                 let (cfg, _) = config(&dev, &tiling, true, rows, nb)?;
                 (cfg, tiling.kernel(true), MODULE, PTX)
