@@ -46,10 +46,10 @@
 #define TS_TWIN_STAGE 4096                   // twin stage: 8 passes x 32 lanes x 16 B
 #define TS_TABLE_BYTES (8 * 4096)
 
-// THE ESCAPE TABLE, indexed by four codes (12 bits, code k at bits 3k). Entry .x: bits 0-15 the byte selector that
-// takes each code's exponent from the member's table (t0: codes 0-3, t1: codes 4-7, code 7 -> 0), bits 16-23 eight
-// times the number of escaped codes (code 7) among the four. Entry .y: the byte selector that keeps byte k of that word
-// for a code below 7 and takes byte r of the held escapes for the r-th escaped code. So
+// THE ESCAPE TABLE, indexed by four codes (12 bits, code k at bits 3k): 4096 words .x, then 4096 words .y. Entry .x:
+// bits 0-15 the byte selector that takes each code's exponent from the member's table (t0: codes 0-3, t1: codes 4-7,
+// code 7 -> 0), bits 16-23 eight times the number of escaped codes (code 7) among the four. Entry .y: the byte selector
+// that keeps byte k of that word for a code below 7 and takes byte r of the held escapes for the r-th escaped code. So
 //     exponents = prmt(prmt(t0, t1, .x), held, .y);  held >>= .x >> 16;
 // decodes four codes with their escapes. It does not depend on the member: one table serves every launch.
 struct __align__(16) TsTable {
@@ -62,15 +62,15 @@ struct __align__(16) TsTable {
                 spread |= c << (4 * k);
                 pick |= (c == 7u ? 4u + n++ : k) << (4 * k);
             }
-            e[2 * i] = spread | ((8u * n) << 16);
-            e[2 * i + 1] = pick;
+            e[i] = spread | ((8u * n) << 16);
+            e[4096 + i] = pick;
         }
     }
 };
 __device__ const TsTable ts_table;
 // Its copy in shared memory (DF11 kernels only: a file-scope array is allocated in the kernels that use it), at a
 // fixed address, so a lookup is one LDS with the table's offset as its immediate.
-__shared__ __align__(16) uint2 ts_tab[4096];
+__shared__ __align__(16) uint32_t ts_tab[2 * 4096];
 
 // prmt with a run-time selector (__byte_perm masks each selector nibble with a logic op first; ours never set bit 3
 // of a nibble, and prmt reads only the low 16 bits).
@@ -119,18 +119,14 @@ __device__ __forceinline__ unsigned long long ts_fetch8(const FgPacked& pk, uint
     return ((unsigned long long)__funnelshift_r(w1, w2, sh) << 32) | __funnelshift_r(w0, w1, sh);
 }
 
-// One DF11 sub-step from its stage st: for each pass, the lane's 8 codes -> exponents with escapes (ts_table) -> BF16
-// pairs -> two mma per m-tile. FAST: `held` holds the lane's escapes; SLOW: they are read at `cursor` every pass.
-#ifdef TS_XPRE
-#define TS_XPRE_ON 1
-#else
-#define TS_XPRE_ON 0
-#endif
-// (TS_XPRE, a measurement variant: at 8 rows or fewer the sub-step's x is loaded before its stage is awaited, xr.)
+// One pass's two mma per m-tile. LOW (8 rows of x or fewer): x was loaded into xr before the sub-step's stage was
+// awaited (its latency then overlaps the wait: 0.163 -> 0.157 ms a Qwen3-8B layer at 1 row, 0.201 -> 0.189 at 8,
+// H100, docs/PERFORMANCE.md); the same operands as tc_step's, so the same sums. Above 8 rows the 16-row m-tiles
+// would need 64 more registers: tc_step loads x pass by pass.
 template <int MT, bool LOW>
 __device__ __forceinline__ void ts_mul(const uint32_t (&w)[4], const TcX<MT>& xs, const uint4 (&xr)[8], int i,
                                        float (&acc)[MT][4]) {
-    if (TS_XPRE_ON && LOW) {
+    if (LOW) {
         tc_mma(acc[0], xr[i].x, 0u, xr[i].y, 0u, w[0], w[1]);
         tc_mma(acc[0], xr[i].z, 0u, xr[i].w, 0u, w[2], w[3]);
     } else {
@@ -138,6 +134,8 @@ __device__ __forceinline__ void ts_mul(const uint32_t (&w)[4], const TcX<MT>& xs
     }
 }
 
+// One DF11 sub-step from its stage st: for each pass, the lane's 8 codes -> exponents with escapes (ts_table) -> BF16
+// pairs -> two mma per m-tile. FAST: `held` holds the lane's escapes; SLOW: they are read at `cursor` every pass.
 template <int MT, bool LOW, bool SLOW>
 __device__ __forceinline__ void ts_passes(const uint8_t* st, uint32_t t0, uint32_t t1, unsigned long long held,
                                           uint32_t cursor, const FgPacked& pk, const TcX<MT>& xs,
@@ -150,7 +148,14 @@ __device__ __forceinline__ void ts_passes(const uint8_t* st, uint32_t t0, uint32
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
         const uint32_t v = __funnelshift_r(cw[w0 + 24 * i], cw[w0 + 24 * i + 1], sh);
-        const uint2 a = ts_tab[v & 0xfffu], b = ts_tab[(v >> 12) & 0xfffu];
+        // .x for every four codes; .y only by the lanes with an escape among them (~10% of lanes): a predicated-off
+        // lane takes no part in the bank conflicts of random lookups. (One 8-byte lookup of both: 3.6-way conflicts,
+        // 58% of the kernel's shared-load wavefronts; 0.157 -> 0.152 ms a Qwen3-8B layer at 1 row, H100.)
+        uint2 a, b;
+        a.x = ts_tab[v & 0xfffu];
+        b.x = ts_tab[(v >> 12) & 0xfffu];
+        a.y = (a.x >> 16) ? ts_tab[4096 + (v & 0xfffu)] : 0x3210u;            // 0x3210: keep the four bytes
+        b.y = (b.x >> 16) ? ts_tab[4096 + ((v >> 12) & 0xfffu)] : 0x3210u;
         if (SLOW) held = ts_fetch8(pk, cursor);
         const uint32_t elo = ts_prmt(ts_prmt(t0, t1, a.x), (uint32_t)held, a.y);
         held >>= a.x >> 16;
@@ -345,7 +350,9 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
     // The table's copy (DF11) in its own group, the first TS_DEPTH - 1 sub-steps' copies, then the table awaited while
     // they fly.
     if (!TWIN) {
-        for (int i = threadIdx.x; i < TS_TABLE_BYTES / 16; i += TC_THREADS) ts_copy16(&ts_tab[2 * i], &ts_table.e[4 * i], 16);
+        for (int i = threadIdx.x; i < TS_TABLE_BYTES / 16; i += TC_THREADS) {
+            ts_copy16(&ts_tab[4 * i], &ts_table.e[4 * i], 16);
+        }
     }
     ts_commit();
     TsPos ahead = {(int)blockIdx.x, (int)warp, 0, (int)blockIdx.x * items + (int)warp, false, 0, 0u, 0, 0, false};
@@ -387,13 +394,15 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
             const uint32_t t1 = in_a ? tabs.t1a : in_b ? tabs.t1b : tabs.t1c;
             for (int s = 0; s < steps; ++s) {
                 __syncwarp();                                   // every lane is done with the slot refilled now
-                uint4 xr[8];
-                if (TS_XPRE_ON && LOW) {
+                uint4 xr[8];                                    // LOW: the sub-step's x row g (zero past nb)
+                if (LOW) {
                     const int cg = in_group * steps + s;
                     const uint4* xp = reinterpret_cast<const uint4*>(
                         x + (long long)g * cols + 2048 * (cg >> 3) + 32 * (cg & 7) + 8 * (int)t);
+                    const int W = min(2048, cols - 2048 * (cg >> 3));   // the twin's last chunk may be narrower
 #pragma unroll
-                    for (int i = 0; i < 8; ++i) xr[i] = (int)g < nb ? __ldg(xp + 32 * i) : make_uint4(0u, 0u, 0u, 0u);
+                    for (int i = 0; i < 8; ++i)
+                        xr[i] = (int)g < nb && 256 * i < W ? __ldg(xp + 32 * i) : make_uint4(0u, 0u, 0u, 0u);
                 }
                 issue(ahead, slot == 0 ? TS_DEPTH - 1 : slot - 1);
                 advance(ahead);
@@ -455,340 +464,6 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
     ts_wait_group_le<0>();
 }
 
-
-#ifdef TS_PAIRED
-// EXPERIMENT (measurements only: scripts/gpu-tc-variants.sh builds it, build.rs does not; its outputs follow another
-// summation order, so tc_probe is run with TC_PROBE_NO_CHECK). WEIGHTS AS THE A OPERAND: a warp takes the same
-// sub-step of row groups 2P and 2P + 1 at once; lane (g, t)'s eight weights of each are rows g and g + 8 of one
-// m16n8k16 A fragment and x (rows 8 nt + g) the B fragment, so a pass of 512 weights is two mma per 8 rows of x
-// instead of four per 16, and x is loaded once for both row groups. A stage holds both sub-steps (host: ring of
-// DF11_TC_STREAM_DEPTH=4 for TS_DEPTH 2), partial sums take two host slots each (host nslots >= 2).
-
-// One half's eight codes of pass i -> four BF16 pairs (as ts_passes).
-template <bool SLOW>
-__device__ __forceinline__ void tp_decode(const uint8_t* st, uint32_t t0, uint32_t t1, unsigned long long& held,
-                                          uint32_t& cursor, const FgPacked& pk, int i, uint32_t (&w)[4]) {
-    const uint32_t lane = threadIdx.x & 31;
-    const uint32_t* cw = reinterpret_cast<const uint32_t*>(st + TS_CODES);
-    const uint32_t w0 = (3 * lane) >> 2, sh = ((lane & 3) * 24) & 31;
-    const uint32_t v = __funnelshift_r(cw[w0 + 24 * i], cw[w0 + 24 * i + 1], sh);
-    const uint2 a = ts_tab[v & 0xfffu], b = ts_tab[(v >> 12) & 0xfffu];
-    if (SLOW) held = ts_fetch8(pk, cursor);
-    const uint32_t elo = ts_prmt(ts_prmt(t0, t1, a.x), (uint32_t)held, a.y);
-    held >>= a.x >> 16;
-    const uint32_t ehi = ts_prmt(ts_prmt(t0, t1, b.x), (uint32_t)held, b.y);
-    held >>= b.x >> 16;
-    if (SLOW) cursor += ((a.x >> 16) + (b.x >> 16)) >> 3;
-    const uint2 sm = reinterpret_cast<const uint2*>(st + TS_SM)[lane + 32 * i];
-    fg_fuse4(sm.x, elo, w[0], w[1]);
-    fg_fuse4(sm.y, ehi, w[2], w[3]);
-}
-
-// Pass i's 512 weights (wa: row group 2P, wb: 2P + 1) times x rows 8 nt + g at the lane's columns.
-template <int NT>
-__device__ __forceinline__ void tp_step(const uint32_t (&wa)[4], const uint32_t (&wb)[4], const uint4* const (&xp)[NT],
-                                        int i, float (&acc)[NT][4]) {
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-        uint4 xv = make_uint4(0u, 0u, 0u, 0u);
-        if (xp[nt]) xv = __ldg(xp[nt] + 32 * i);
-        tc_mma(acc[nt], wa[0], wb[0], wa[1], wb[1], xv.x, xv.y);
-        tc_mma(acc[nt], wa[2], wb[2], wa[3], wb[3], xv.z, xv.w);
-    }
-}
-
-// Where one half of a pair's sub-step reads (see TsPos).
-struct TpHalf {
-    uint32_t chunk;
-    long long at;
-    bool row_in;
-};
-
-template <int NT, bool TWIN>
-__device__ __forceinline__ void tc_stream_paired(const FgPacked& pk, const TsTables& tabs, const uint8_t* sign_mantissa,
-                                                 const uint16_t* wd, const __nv_bfloat16* x, __nv_bfloat16* y, int nb,
-                                                 int rows, int cols, long long base, int tile_groups, int steps,
-                                                 int host_slots) {
-    extern __shared__ __align__(16) uint8_t ts_smem[];
-    constexpr int half_bytes = TWIN ? TS_TWIN_STAGE : TS_STAGE, stage_bytes = 2 * half_bytes;
-    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int ipg = tc_items_per_group(cols, steps), items = tile_groups * ipg;
-    const int groups8 = (rows + 7) / 8, pairs = (groups8 + 1) / 2, ntiles = (pairs + tile_groups - 1) / tile_groups;
-    const int member_items = pairs * ipg, cpg = cols / 256;
-    const int host_slot_floats = ts_partial_bytes(tile_groups, ipg, nb) / 4;
-    const int nslots = host_slots / 2, slot_floats = 2 * host_slot_floats;
-    if (nslots < 1) __trap();
-    float* partial = reinterpret_cast<float*>(ts_smem);
-    uint8_t* ring = ts_smem + 4 * host_slot_floats * host_slots + warp * (TS_DEPTH * stage_bytes);
-    const uint32_t first_chunk = (uint32_t)(base >> 11);
-
-    struct Pos {
-        int tile, item, s, index;
-        bool live;
-        int cg;
-        TpHalf h[2];
-        bool half_b;       // row group 2P + 1 exists
-    };
-    auto locate = [&](Pos& p) {
-        p.live = p.tile < ntiles && p.item < items && p.index < member_items;
-        if (!p.live) return;
-        const int P = p.index / ipg;
-        p.cg = (p.index - P * ipg) * steps;
-        p.half_b = 2 * P + 1 < groups8;
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int G = 2 * P + hh;
-            if (TWIN) {
-                const int c0 = 2048 * (p.cg >> 3);
-                const int row = min(8 * G + (int)g, rows - 1);
-                p.h[hh].row_in = 8 * G + (int)g < rows;
-                p.h[hh].at = (long long)row * cols + c0 + 8 * (4 * (p.cg & 7) + (int)t);
-            } else {
-                p.h[hh].chunk = first_chunk + (uint32_t)(G * cpg + p.cg);
-            }
-        }
-    };
-    auto advance = [&](Pos& p) {
-        if (++p.s < steps) {
-            ++p.cg;
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                p.h[hh].at += 32;
-                ++p.h[hh].chunk;
-            }
-            return;
-        }
-        p.s = 0;
-        p.item += TC_WARPS;
-        p.index += TC_WARPS;
-        if (p.item >= items) {
-            p.item = (int)warp;
-            p.tile += gridDim.x;
-            p.index = p.tile * items + p.item;
-        }
-        locate(p);
-    };
-
-    uint8_t* ring_lane = ring + 16 * lane;
-    const uint8_t* sm_lane = sign_mantissa + 16 * lane;
-    const uint8_t* codes_lane = reinterpret_cast<const uint8_t*>(pk.codes) + 16 * lane;
-    // Escape ranges of both halves, 32 sub-steps at a time (as tc_stream's batches).
-    const int per_tile = (items - (int)warp + TC_WARPS - 1) / TC_WARPS;
-    auto batch = [&](int j, uint32_t (&r)[4]) {
-        r[0] = r[1] = r[2] = r[3] = 0;
-        if (TWIN || per_tile <= 0) return;
-        const int q = 32 * j + (int)lane, nth_item = q / steps, s = q - nth_item * steps;
-        const int tile = (int)blockIdx.x + (int)gridDim.x * (nth_item / per_tile);
-        const int index = tile * items + (int)warp + TC_WARPS * (nth_item % per_tile);
-        if (tile < ntiles && index < member_items) {
-            const int P = index / ipg;
-            const uint32_t c = first_chunk + (uint32_t)(2 * P * cpg + (index - P * ipg) * steps + s);
-            r[0] = __ldg(pk.chunk_escapes + c);
-            r[1] = __ldg(pk.chunk_escapes + c + 1);
-            if (2 * P + 1 < groups8) {
-                r[2] = __ldg(pk.chunk_escapes + c + cpg);
-                r[3] = __ldg(pk.chunk_escapes + c + cpg + 1);
-            }
-        }
-    };
-    uint32_t cur[4], nxt[4];
-    batch(0, cur);
-    batch(1, nxt);
-    int q_issue = 0;
-    auto issue = [&](const Pos& p, int slot) {
-        uint32_t esc[4] = {0u, 0u, 0u, 0u};
-        if (!TWIN) {
-            if (q_issue > 0 && (q_issue & 31) == 0) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) cur[e] = nxt[e];
-                batch((q_issue >> 5) + 1, nxt);
-            }
-#pragma unroll
-            for (int e = 0; e < 4; ++e) esc[e] = __shfl_sync(0xffffffffu, cur[e], q_issue & 31);
-        }
-        ++q_issue;
-        uint8_t* st0 = ring_lane + slot * stage_bytes;
-        if (p.live) {
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                uint8_t* st = st0 + hh * half_bytes;
-                const bool in = hh == 0 || p.half_b;
-                if (TWIN) {
-                    const uint16_t* src = wd + p.h[hh].at;
-                    const uint32_t bytes = in && p.h[hh].row_in ? 16u : 0u;
-                    const int width = min(2048, cols - 2048 * (p.cg >> 3));
-#pragma unroll
-                    for (int i = 0; i < 8; ++i)
-                        if (256 * i < width) ts_copy16(st + 512 * i, src + 256 * i, bytes);
-                } else if (in) {
-                    const uint32_t c = p.h[hh].chunk;
-                    const uint32_t esc_lo = esc[2 * hh], esc_hi = esc[2 * hh + 1];
-                    const uint8_t* gsm = sm_lane + ((size_t)c << 11);
-#pragma unroll
-                    for (int q = 0; q < 4; ++q) ts_copy16(st + TS_SM + 512 * q, gsm + 512 * q, 16);
-                    const uint8_t* gc = codes_lane + (size_t)c * 768;
-                    ts_copy16(st + TS_CODES, gc, 16);
-                    if (lane < 16) ts_copy16(st + TS_CODES + 512, gc + 512, 16);
-                    if (lane < 2) ts_copy16(st + TS_LANES, pk.lane_starts + 32 * (size_t)c + 16 * lane, 16);
-                    const uint32_t win0 = esc_lo & ~15u;
-                    const uint32_t pieces = min((uint32_t)(TS_ESC_WIN / 16), (max(esc_hi, win0) - win0 + 15) / 16);
-                    if (lane < pieces) {
-                        const uint32_t at = win0 + 16 * lane;
-                        const bool inb = at < pk.n_escapes;
-                        ts_copy16(st + TS_WIN, pk.escapes + (inb ? at : 0u), inb ? min(16u, pk.n_escapes - at) : 0u);
-                    }
-                    if (lane == 0) {
-                        *reinterpret_cast<uint4*>(st + TS_HEAD) = make_uint4(esc_lo, win0, esc_hi - esc_lo, 0u);
-                    }
-                }
-            }
-        }
-        ts_commit();
-    };
-
-    if (!TWIN) {
-        for (int i = threadIdx.x; i < TS_TABLE_BYTES / 16; i += TC_THREADS) ts_copy16(&ts_tab[2 * i], &ts_table.e[4 * i], 16);
-    }
-    ts_commit();
-    Pos ahead = {};
-    ahead.tile = (int)blockIdx.x;
-    ahead.item = (int)warp;
-    ahead.index = (int)blockIdx.x * items + (int)warp;
-    locate(ahead);
-#pragma unroll 1
-    for (int d = 0; d < TS_DEPTH - 1; ++d) {
-        issue(ahead, d);
-        advance(ahead);
-    }
-    ts_wait_group_le<TS_DEPTH - 1>();
-    __syncthreads();
-
-    const int part = min(TC_WARPS, items), threads = 32 * part;
-    const int FULL = 1, FREE = 1 + nslots;
-    int slot = 0;
-    const int first_in_group = (int)warp % ipg, first_group = (int)warp / ipg;
-    int n = 0;
-    for (int tile = blockIdx.x; (int)warp < part && tile < ntiles; tile += gridDim.x, ++n) {
-        const int ps = n % nslots, reducer = n % part, parity = (n / nslots) & 1;
-        float* psum = partial + ps * slot_floats;
-        if (n >= nslots && (int)warp != (n - nslots) % part) ts_bar_sync(FREE + nslots * parity + ps, threads);
-        int in_group = first_in_group, P = tile * tile_groups + first_group;
-        for (int item = warp; item < items; item += TC_WARPS) {
-            if (item != (int)warp) {
-                for (in_group += TC_WARPS; in_group >= ipg; in_group -= ipg) ++P;
-            }
-            float acc[NT][4];
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-            uint32_t ta[2], tb[2];
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const int G = 2 * P + hh;
-                const bool in_a = G < tabs.g1, in_b = G < tabs.g2;
-                ta[hh] = in_a ? tabs.t0a : in_b ? tabs.t0b : tabs.t0c;
-                tb[hh] = in_a ? tabs.t1a : in_b ? tabs.t1b : tabs.t1c;
-            }
-            const bool has_b = 2 * P + 1 < groups8;
-            for (int s = 0; s < steps; ++s) {
-                __syncwarp();
-                issue(ahead, slot == 0 ? TS_DEPTH - 1 : slot - 1);
-                advance(ahead);
-                ts_wait_group_le<TS_DEPTH - 1>();
-                __syncwarp();
-                const uint8_t* st = ring + slot * stage_bytes;
-                slot = slot + 1 == TS_DEPTH ? 0 : slot + 1;
-                if (P >= pairs) continue;
-                const int cg = in_group * steps + s;
-                const int col = 2048 * (cg >> 3) + 32 * (cg & 7) + 8 * (int)t;
-                const uint4* xp[NT];
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-                    const int b = 8 * nt + (int)g;
-                    xp[nt] = b < nb ? reinterpret_cast<const uint4*>(x + (long long)b * cols + col) : nullptr;
-                }
-                if (TWIN) {
-                    const int W = min(2048, cols - 2048 * (cg >> 3));
-                    const uint4* qa = reinterpret_cast<const uint4*>(st);
-                    const uint4* qb = reinterpret_cast<const uint4*>(st + half_bytes);
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) {
-                        if (256 * i >= W) break;
-                        const uint4 va = qa[lane + 32 * i], vb = qb[lane + 32 * i];
-                        const uint32_t wa[4] = {va.x, va.y, va.z, va.w}, wb[4] = {vb.x, vb.y, vb.z, vb.w};
-                        tp_step<NT>(wa, wb, xp, i, acc);
-                    }
-                } else {
-                    unsigned long long held[2] = {0ull, 0ull};
-                    uint32_t cursor[2] = {0u, 0u};
-                    bool fits = true;
-#pragma unroll
-                    for (int hh = 0; hh < 2; ++hh) {
-                        const uint8_t* sh = st + hh * half_bytes;
-                        if (hh == 1 && !has_b) break;
-                        const uint4 head = *reinterpret_cast<const uint4*>(sh + TS_HEAD);
-                        const uint32_t first = head.x, win0 = head.y, total = head.z;
-                        const uint32_t ls = sh[TS_LANES + lane], le = lane < 31 ? sh[TS_LANES + lane + 1] : total;
-                        const uint32_t start = first + ls, cnt = le - ls, local = start - win0;
-                        fits = fits && cnt <= 8u && local <= TS_ESC_WIN - cnt;
-                        cursor[hh] = start;
-                        if (cnt <= 8u && local <= TS_ESC_WIN - cnt) {
-                            const uint32_t* ew = reinterpret_cast<const uint32_t*>(sh + TS_WIN);
-                            const uint32_t q = local >> 2, shf = 8 * (local & 3);
-                            const uint32_t e0 = ew[q], e1 = ew[q + 1], e2 = ew[q + 2];
-                            held[hh] = ((unsigned long long)__funnelshift_r(e1, e2, shf) << 32) |
-                                       __funnelshift_r(e0, e1, shf);
-                        }
-                    }
-                    const uint8_t* sb = st + half_bytes;
-                    if (__all_sync(0xffffffffu, fits)) {
-#pragma unroll
-                        for (int i = 0; i < 8; ++i) {
-                            uint32_t wa[4], wb[4] = {0u, 0u, 0u, 0u};
-                            tp_decode<false>(st, ta[0], tb[0], held[0], cursor[0], pk, i, wa);
-                            if (has_b) tp_decode<false>(sb, ta[1], tb[1], held[1], cursor[1], pk, i, wb);
-                            tp_step<NT>(wa, wb, xp, i, acc);
-                        }
-                    } else {
-#pragma unroll 1
-                        for (int i = 0; i < 8; ++i) {
-                            uint32_t wa[4], wb[4] = {0u, 0u, 0u, 0u};
-                            tp_decode<true>(st, ta[0], tb[0], held[0], cursor[0], pk, i, wa);
-                            if (has_b) tp_decode<true>(sb, ta[1], tb[1], held[1], cursor[1], pk, i, wb);
-                            tp_step<NT>(wa, wb, xp, i, acc);
-                        }
-                    }
-                }
-            }
-            // Lane (g, t): W rows 16P + g (d0, d1) and 16P + 8 + g (d2, d3), x rows 8 nt + 2t (+ 1).
-            float* p = psum + (long long)item * nb * 16;
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                const int b0 = 8 * nt + 2 * (int)t, b1 = b0 + 1;
-                if (b0 < nb) { p[b0 * 16 + g] = acc[nt][0]; p[b0 * 16 + 8 + g] = acc[nt][2]; }
-                if (b1 < nb) { p[b1 * 16 + g] = acc[nt][1]; p[b1 * 16 + 8 + g] = acc[nt][3]; }
-            }
-        }
-        if ((int)warp != reducer) {
-            ts_bar_arrive(FULL + ps, threads);
-            continue;
-        }
-        ts_bar_sync(FULL + ps, threads);
-        for (int i = lane; i < tile_groups * 16 * nb; i += 32) {
-            const int rr = i / nb, b = i % nb, r = tile * tile_groups * 16 + rr;
-            if (r < rows) {
-                const float* p = psum + (long long)(rr / 16) * ipg * nb * 16 + b * 16 + (rr % 16);
-                float sum = 0.0f;
-                for (int it = 0; it < ipg; ++it) sum += p[(long long)it * nb * 16];
-                y[(long long)b * rows + r] = __float2bfloat16_rn(sum);
-            }
-        }
-        __syncwarp();
-        if (tile + nslots * (int)gridDim.x < ntiles) ts_bar_arrive(FREE + nslots * (parity ^ 1) + ps, threads);
-    }
-    ts_wait_group_le<0>();
-}
-#endif
-
 #define TS_PACKED_ARGS                                                                                               \
     const uint32_t *codes, const uint32_t *chunk_escapes, const uint8_t *lane_starts, uint32_t n_chunks,             \
         const uint8_t *escapes, uint32_t n_escapes, uint32_t t0, uint32_t t1, uint32_t t0b, uint32_t t1b,           \
@@ -799,21 +474,6 @@ __device__ __forceinline__ void tc_stream_paired(const FgPacked& pk, const TsTab
         int steps, int nslots
 
 // 2 CTAs per SM where the shared memory allows (the host's grid follows, tc.rs). NAME: 8 (MT 1, nb <= 8), 1, 2, 4.
-#ifdef TS_PAIRED
-#define TS_INSTANTIATE(NAME, MT, LOW)                                                                                \
-    extern "C" __global__ void __launch_bounds__(TC_THREADS, 1) df11_tc_stream_##NAME(TS_PACKED_ARGS) {             \
-        const FgPacked pk = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, t0, t1};              \
-        const TsTables tabs = {t0, t1, t0b, t1b, t0c, t1c, g1, g2};                                                  \
-        tc_stream_paired<(LOW ? 1 : 2 * MT), false>(pk, tabs, sign_mantissa, nullptr, x, y, nb, rows, cols, base,   \
-                                                    tile_groups, steps, nslots);                                     \
-    }                                                                                                                \
-    extern "C" __global__ void __launch_bounds__(TC_THREADS, 1) bf16_tc_stream_##NAME(TS_TWIN_ARGS) {               \
-        const FgPacked pk = {};                                                                                      \
-        const TsTables tabs = {};                                                                                    \
-        tc_stream_paired<(LOW ? 1 : 2 * MT), true>(pk, tabs, nullptr, w, x, y, nb, rows, cols, 0, tile_groups,      \
-                                                   steps, nslots);                                                   \
-    }
-#else
 #define TS_INSTANTIATE(NAME, MT, LOW)                                                                                \
     extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) df11_tc_stream_##NAME(TS_PACKED_ARGS) {             \
         const FgPacked pk = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, t0, t1};              \
@@ -827,7 +487,6 @@ __device__ __forceinline__ void tc_stream_paired(const FgPacked& pk, const TsTab
         tc_stream<MT, LOW, true>(pk, tabs, nullptr, w, x, y, nb, rows, cols, 0, tile_groups, steps, nslots);        \
     }
 
-#endif
 
 TS_INSTANTIATE(8, 1, true)
 TS_INSTANTIATE(1, 1, false)

@@ -85,6 +85,12 @@ if [ -z "${E2E_OFFICIAL_ONLY:-}" ]; then
       DF11_STACK=off bench "bf16 b$batch ctx512 no-stack" --model-dir "$WORK/bf16" --bf16 --batch "$batch"
     done
   fi
+  # E2E_STEPS2=1: batch 8 with two sub-steps per item (DF11_TC_STEPS=2, the split before session
+  # 12; the default takes four at 3-16 rows on tiled widths), DF11 and BF16.
+  if [ -n "${E2E_STEPS2:-}" ]; then
+    DF11_TC_STEPS=2 bench "df11 b8 ctx512 steps2" --model-dir "$WORK/df11" --batch 8
+    DF11_TC_STEPS=2 bench "bf16 b8 ctx512 steps2" --model-dir "$WORK/bf16" --bf16 --batch 8
+  fi
   if [ -n "${E2E_NO_STREAM:-}" ]; then
     for batch in 1 8; do
       DF11_TC_STREAM=off bench "df11 b$batch ctx512 no-stream" --model-dir "$WORK/df11" --batch "$batch"

@@ -108,13 +108,18 @@ impl TcTiling {
             17..=32 => 2,
             _ => 4,
         };
-        // Two sub-steps per item measured fastest at every batch (1 to 512 rows, docs/
-        // PERFORMANCE.md, session 10: 32-64 rows 35% faster than 8); more where a row group's
-        // partial sums would pass the budget (very wide rows). Depends on (cols, nb) only.
+        // Two sub-steps per item measured fastest at every batch for `df11_tc.cu` (1 to 512
+        // rows, docs/PERFORMANCE.md, session 10: 32-64 rows 35% faster than 8); four for the
+        // streaming kernels at 3 to 16 rows (session 12: DF11 0.189 -> 0.180 ms a Qwen3-8B layer
+        // at 8 rows, 0.238 -> 0.232 at 16; the twin 0.191 -> 0.205 at 8, 0.234 -> 0.227 at 16);
+        // more where a row group's partial sums would pass the budget (very wide rows). Depends
+        // on (cols, nb) and the settings only, never on the weight format.
         let chunks = cols.div_ceil(2048);
+        let first = if streams_wide_items(cols, nb) { 4 } else { 2 };
         let steps = steps_override().unwrap_or_else(|| {
             [2, 4, 8]
                 .into_iter()
+                .filter(|&s| s >= first)
                 .find(|&s| chunks * (8 / s) * nb * 32 <= MAX_PARTIAL_BYTES)
                 .unwrap_or(8)
         });
@@ -211,6 +216,16 @@ impl TcTiling {
             2
         }
     }
+}
+
+/// Whether a product over `cols` columns with `nb` rows of input takes four sub-steps per item:
+/// 3 to 16 rows on widths whose members are tiled in whole chunks (the products the streaming
+/// kernels take, in DF11 and BF16 alike). Not whether streaming is on: `DF11_TC_STREAM` changes
+/// speed, never a bit, so `df11_tc.cu` sums such products in four sub-steps too.
+fn streams_wide_items(cols: usize, nb: usize) -> bool {
+    (3..=16).contains(&nb)
+        && cols.is_multiple_of(2048)
+        && crate::cuda::tile_order::tiles_columns(cols)
 }
 
 /// `DF11_TC_STEPS` (1, 2, 4 or 8): sub-steps per item, for measurements. It changes the summation
@@ -528,9 +543,11 @@ mod tests {
                 assert!(t.partial_bytes(nb) <= MAX_PARTIAL_BYTES.max(t.items_per_group * nb * 32));
                 assert!(t.tiles(rows) * t.tile_groups * 8 >= rows);
                 assert_eq!(8 % t.steps, 0);
-                // Two sub-steps per item wherever the partial sums fit.
-                if cols.div_ceil(2048) * 4 * nb * 32 <= MAX_PARTIAL_BYTES {
-                    assert_eq!(t.steps, 2, "[{rows}, {cols}] x {nb}");
+                // Two sub-steps per item wherever the partial sums fit (four for the streaming
+                // kernels' 3 to 16 rows on tiled widths).
+                let first = if streams_wide_items(cols, nb) { 4 } else { 2 };
+                if cols.div_ceil(2048) * (8 / first) * nb * 32 <= MAX_PARTIAL_BYTES {
+                    assert_eq!(t.steps, first, "[{rows}, {cols}] x {nb}");
                 }
             }
         }
