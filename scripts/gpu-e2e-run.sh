@@ -69,33 +69,28 @@ if [ -z "${E2E_OFFICIAL_ONLY:-}" ]; then
     DF11_PROMPT_ATTENTION=matmul bench "bf16 b1 ctx512 matmul-prompt" --model-dir "$WORK/bf16" --bf16
     DF11_PROMPT_ATTENTION=flash-decoding bench "df11 b1 ctx512 flash-decoding-prompt" --model-dir "$WORK/df11"
   fi
+  # DF11 and BF16 rows at batch 1 and 8 under one setting: pair <SETTING=value> <label>.
+  pair() {
+    for batch in 1 8; do
+      (
+        export "${1?}"
+        bench "df11 b$batch ctx512 $2" --model-dir "$WORK/df11" --batch "$batch"
+        bench "bf16 b$batch ctx512 $2" --model-dir "$WORK/bf16" --bf16 --batch "$batch"
+      )
+    done
+  }
   # E2E_ROW_ORDER=1: the layers' linears kept in row order (DF11_TILE=off, the default before
-  # session 11: the CUDA-core kernels at 1-2 rows, for the BF16 rows too), batch 1 and 8; DF11 ==
-  # BF16 tokens. E2E_NO_STREAM=1 adds the same with the streaming kernels off (DF11_TC_STREAM=off).
-  if [ -n "${E2E_ROW_ORDER:-}" ]; then
-    for batch in 1 8; do
-      DF11_TILE=off bench "df11 b$batch ctx512 row-order" --model-dir "$WORK/df11" --batch "$batch"
-      DF11_TILE=off bench "bf16 b$batch ctx512 row-order" --model-dir "$WORK/bf16" --bf16 --batch "$batch"
-    done
-  fi
-  # E2E_NO_STACK=1: q/k/v and gate/up loaded one by one (DF11_STACK=off), batch 1 and 8.
-  if [ -n "${E2E_NO_STACK:-}" ]; then
-    for batch in 1 8; do
-      DF11_STACK=off bench "df11 b$batch ctx512 no-stack" --model-dir "$WORK/df11" --batch "$batch"
-      DF11_STACK=off bench "bf16 b$batch ctx512 no-stack" --model-dir "$WORK/bf16" --bf16 --batch "$batch"
-    done
-  fi
+  # session 11: the CUDA-core kernels at 1-2 rows, for the BF16 rows too); DF11 == BF16 tokens.
+  [ -n "${E2E_ROW_ORDER:-}" ] && pair DF11_TILE=off row-order
+  # E2E_NO_STACK=1: q/k/v and gate/up loaded one by one (DF11_STACK=off).
+  [ -n "${E2E_NO_STACK:-}" ] && pair DF11_STACK=off no-stack
+  # E2E_NO_STREAM=1: the streaming kernels off (DF11_TC_STREAM=off).
+  [ -n "${E2E_NO_STREAM:-}" ] && pair DF11_TC_STREAM=off no-stream
   # E2E_STEPS2=1: batch 8 with two sub-steps per item (DF11_TC_STEPS=2, the split before session
   # 12; the default takes four at 3-16 rows on tiled widths), DF11 and BF16.
   if [ -n "${E2E_STEPS2:-}" ]; then
     DF11_TC_STEPS=2 bench "df11 b8 ctx512 steps2" --model-dir "$WORK/df11" --batch 8
     DF11_TC_STEPS=2 bench "bf16 b8 ctx512 steps2" --model-dir "$WORK/bf16" --bf16 --batch 8
-  fi
-  if [ -n "${E2E_NO_STREAM:-}" ]; then
-    for batch in 1 8; do
-      DF11_TC_STREAM=off bench "df11 b$batch ctx512 no-stream" --model-dir "$WORK/df11" --batch "$batch"
-      DF11_TC_STREAM=off bench "bf16 b$batch ctx512 no-stream" --model-dir "$WORK/bf16" --bf16 --batch "$batch"
-    done
   fi
   if [ -z "${E2E_QUICK:-}${E2E_NO_LONG:-}" ]; then
     for fmt in df11 bf16; do

@@ -27,14 +27,17 @@ const TABLE_BYTES: usize = 16384;
 const MAX_PARTIAL_BYTES: usize = 64 * 1024;
 const STREAM_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_tc_stream.ptx"));
 const STREAM_MODULE: &str = "df11_tc_stream";
-/// The streaming DF11 kernel's escape table (kernels/df11_tc_stream.cu: 4096 entries of 8 bytes,
-/// static shared memory).
+/// The streaming DF11 kernel's escape table (kernels/df11_tc_stream.cu: two arrays of 4096
+/// words, static shared memory).
 const STREAM_TABLE_BYTES: usize = 8 * 4096;
 /// A stage of the streaming kernels: `TS_STAGE` bytes (DF11) or `TS_TWIN_STAGE` (twin); each of
 /// the 8 warps of a CTA has `TS_DEPTH` (2) of them (kernels/df11_tc_stream.cu).
 const STREAM_STAGE_BYTES: usize = 3120;
 const STREAM_TWIN_STAGE_BYTES: usize = 4096;
 const STREAM_RING_STAGES: usize = 8 * 2;
+
+/// Shared memory of one SM its CTAs may share (H100: 228 KiB, 1 KiB of it reserved per CTA).
+const SM_SHARED_BYTES: usize = 228 * 1024;
 
 /// The streaming kernels' module: its name, its PTX and the stages of a warp's ring
 /// (`STREAM_RING_STAGES / 8` for the embedded one). For kernel measurements,
@@ -65,8 +68,6 @@ fn stream_module() -> candle_core::Result<(&'static str, &'static str, usize)> {
     });
     m.clone().map_err(candle_core::Error::msg)
 }
-/// Shared memory of one SM its CTAs may share (H100: 228 KiB, 1 KiB of it reserved per CTA).
-const SM_SHARED_BYTES: usize = 228 * 1024;
 
 /// `DF11_TC_STREAM` (`on`, the default, or `off`): whether the streaming kernels
 /// (kernels/df11_tc_stream.cu) take the products they can: the BF16 twin always, DF11 for tiled
@@ -110,8 +111,9 @@ impl TcTiling {
         };
         // Two sub-steps per item measured fastest at every batch for `df11_tc.cu` (1 to 512
         // rows, docs/PERFORMANCE.md, session 10: 32-64 rows 35% faster than 8); four for the
-        // streaming kernels at 3 to 16 rows (session 12: DF11 0.189 -> 0.180 ms a Qwen3-8B layer
-        // at 8 rows, 0.238 -> 0.232 at 16; the twin 0.191 -> 0.205 at 8, 0.234 -> 0.227 at 16);
+        // streaming kernels at 3 to 16 rows (session 12, tc_probe: DF11 0.183 -> 0.171 ms a
+        // Qwen3-8B layer at 8 rows, 0.238 -> 0.231 at 16; the twin unchanged at 8 with the L2
+        // hint, 0.234 -> 0.227 at 16);
         // more where a row group's partial sums would pass the budget (very wide rows). Depends
         // on (cols, nb) and the settings only, never on the weight format.
         let chunks = cols.div_ceil(2048);
@@ -223,9 +225,7 @@ impl TcTiling {
 /// kernels take, in DF11 and BF16 alike). Not whether streaming is on: `DF11_TC_STREAM` changes
 /// speed, never a bit, so `df11_tc.cu` sums such products in four sub-steps too.
 fn streams_wide_items(cols: usize, nb: usize) -> bool {
-    (3..=16).contains(&nb)
-        && cols.is_multiple_of(2048)
-        && crate::cuda::tile_order::tiles_columns(cols)
+    (3..=16).contains(&nb) && crate::cuda::tile_order::tiles_whole_chunks(cols)
 }
 
 /// `DF11_TC_STEPS` (1, 2, 4 or 8): sub-steps per item, for measurements. It changes the summation

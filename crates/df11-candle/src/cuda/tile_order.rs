@@ -77,15 +77,29 @@ pub fn tile_members_enabled() -> bool {
     TILE.get() != TileMembers::Off
 }
 
+impl TileMembers {
+    /// Whether this policy tiles members `cols` wide (their other conditions aside:
+    /// [`TileOrder::for_member`]).
+    pub fn tiles(self, cols: usize) -> bool {
+        match self {
+            Self::Chunked => cols > 0 && cols.is_multiple_of(2048),
+            Self::All => true,
+            Self::Off => false,
+        }
+    }
+}
+
 /// Whether a product over `cols` columns plans for tiled members: the tensor-core kernels from 1
 /// row (a tiled member never takes the CUDA-core kernels). A setting and a width, never the
 /// weight's format, so DF11 and BF16 models plan alike.
 pub fn tiles_columns(cols: usize) -> bool {
-    match TILE.get() {
-        TileMembers::Chunked => cols > 0 && cols.is_multiple_of(2048),
-        TileMembers::All => true,
-        TileMembers::Off => false,
-    }
+    TILE.get().tiles(cols)
+}
+
+/// [`tiles_columns`] for widths of whole 2048-column chunks only: the products the streaming
+/// kernels take (stacked projections, their item split).
+pub fn tiles_whole_chunks(cols: usize) -> bool {
+    cols > 0 && cols.is_multiple_of(2048) && tiles_columns(cols)
 }
 
 /// Most members a unit with a tiled member may have (`DP_MEMBERS` of `kernels/df11_packed.cu`:
@@ -160,17 +174,12 @@ pub fn member_orders_for(
     shapes: &[Option<(usize, usize)>],
 ) -> Vec<Option<TileOrder>> {
     let on = members.len() <= MAX_TILED_UNIT_MEMBERS;
-    let takes = |cols: usize| match policy {
-        TileMembers::Chunked => cols.is_multiple_of(2048),
-        TileMembers::All => true,
-        TileMembers::Off => false,
-    };
     members
         .iter()
         .enumerate()
         .map(|(i, m)| {
             let shape = shapes.get(i).copied().flatten();
-            TileOrder::for_member(shape.filter(|&(_, cols)| on && takes(cols)), m)
+            TileOrder::for_member(shape.filter(|&(_, cols)| on && policy.tiles(cols)), m)
         })
         .collect()
 }

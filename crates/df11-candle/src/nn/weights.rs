@@ -37,9 +37,7 @@ pub fn stacks_projections(device: &Device, in_features: usize) -> bool {
     cfg!(feature = "cuda")
         && device.is_cuda()
         && STACK.get()
-        && in_features > 0
-        && in_features.is_multiple_of(2048)
-        && crate::cuda::tile_order::tiles_columns(in_features)
+        && crate::cuda::tile_order::tiles_whole_chunks(in_features)
 }
 
 /// A linear layer loaded from either kind of folder.
