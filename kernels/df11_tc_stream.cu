@@ -36,21 +36,14 @@
 #ifndef TS_DEPTH
 #define TS_DEPTH 2
 #endif
-// THE STAGE of a slice (R row groups, below): for each of its R chunks the slice's P = 8 / R passes of sign_mantissa
-// (256 P bytes each, from 0) and of codes (96 P bytes each, from TS_CODES); the first slice of a sub-step also stages,
-// per chunk, its 32 lane starts, a window of its escapes (TS_WIN bytes from its first, 16-byte aligned) and a head
-// (first escape, window start, escape count). The twin's stage is R x P passes x 32 lanes x 16 B = 4 KB.
-template <int R>
-struct TsLayout {
-    static constexpr int P = 8 / R;                         // passes a slice
-    static constexpr int WIN = R == 4 ? 128 : 256;          // escape window per chunk
-    static constexpr int CODES = 2048;
-    static constexpr int LANES = CODES + 768;
-    static constexpr int WINS = LANES + 32 * R;
-    static constexpr int HEAD = WINS + WIN * R;
-    static constexpr int STAGE = HEAD + 16 * R;             // 3120 (R 1), 3424 (R 2), 3520 (R 4): tc.rs mirrors
-};
-#define TS_TWIN_STAGE 4096
+#define TS_ESC_WIN 256                       // bytes of a chunk's escapes staged (from its first, 16-byte aligned)
+#define TS_SM 0                              // DF11 stage: sign_mantissa, 2048 B
+#define TS_CODES 2048                        //   codes, 768 B
+#define TS_LANES (TS_CODES + 768)            //   the chunk's 32 lane starts
+#define TS_WIN (TS_LANES + 32)               //   the escape window
+#define TS_HEAD (TS_WIN + TS_ESC_WIN)        //   chunk's first escape, window start, chunk's escape count (u32)
+#define TS_STAGE (TS_HEAD + 16)              // 3120 B
+#define TS_TWIN_STAGE 4096                   // twin stage: 8 passes x 32 lanes x 16 B
 #define TS_TABLE_BYTES (8 * 4096)
 
 // THE ESCAPE TABLE, indexed by four codes (12 bits, code k at bits 3k): 4096 words .x, then 4096 words .y. Entry .x:
@@ -129,162 +122,76 @@ __device__ __forceinline__ unsigned long long ts_fetch8(const FgPacked& pk, uint
     return ((unsigned long long)__funnelshift_r(w1, w2, sh) << 32) | __funnelshift_r(w0, w1, sh);
 }
 
-// ROW GROUPS AT ONCE (R = 1, 2 or 4). Above a few rows of x the product is bound by x, not by the weights: every
-// sub-step reads nb x 256 columns of x for 8 weight rows (at 8 rows of x, more bytes than the sub-step's weights, from
-// L2: session 12's 0.183 ms against 0.153 at 4 rows). A warp therefore multiplies R ITEMS at once: the items at the
-// same columns of R consecutive row groups, sub-step by sub-step, each pass's x operand loaded once and used for R
-// chunks. A sub-step's R chunks are staged as R SLICES (passes 0..P-1 of each chunk, then P..2P-1, ...), so a stage
-// stays near one chunk's bytes and two CTAs still fit an SM. Each item keeps its own accumulators and its mma order:
-// the sums are those of R = 1 (THE TC SUMMATION CONTRACT is about items, not about which warp computes them).
-
-// Whether the slice's x operands are loaded into registers before its stage is awaited (their latency then overlaps
-// the wait: 0.163 -> 0.157 ms a Qwen3-8B layer at 1 row, 0.201 -> 0.189 at 8, H100): where they take at most 32
-// registers; else each pass loads them (tc_step's loads).
-#ifndef XAHEAD_ON
-#define XAHEAD_ON 1
-#endif
-template <int MT, bool LOW, int R>
-struct TsX {
-    static constexpr int P = 8 / R;
-    static constexpr bool PRE = LOW || 8 * MT * P <= 32;
-    static constexpr int N = LOW ? P : (PRE ? 2 * MT * P : 1);
-    // Loaded a slice AHEAD (with the stage of the next slice) where two sets take at most 32 registers: the loads then
-    // have a whole slice to land. (Only with the 2-stage ring, where the next stage is the next slice.)
-    static constexpr bool AHEAD = PRE && N <= 4 && TS_DEPTH == 2 && XAHEAD_ON;
-    uint4 v[N];
-};
-
-// Loads the slice's x operands (passes pass0 .. pass0 + P - 1 at column `col` of the sub-step; zero past nb and past
-// the chunk's W columns).
-template <int MT, bool LOW, int R>
-__device__ __forceinline__ void ts_x_load(TsX<MT, LOW, R>& xr, const __nv_bfloat16* x, int cols, int nb, int col,
-                                          int pass0, int W) {
-    constexpr int P = TsX<MT, LOW, R>::P;
-    if (!TsX<MT, LOW, R>::PRE) return;
-    const int g = (int)((threadIdx.x & 31) >> 2);
-#pragma unroll
-    for (int h = 0; h < (LOW ? 1 : 2 * MT); ++h) {
-        const int row = LOW ? g : 16 * (h >> 1) + 8 * (h & 1) + g;
-        const uint4* xp = reinterpret_cast<const uint4*>(x + (long long)row * cols + col) + 32 * pass0;
-#pragma unroll
-        for (int i = 0; i < P; ++i)
-            xr.v[h * P + i] = row < nb && 256 * (pass0 + i) < W ? __ldg(xp + 32 * i) : make_uint4(0u, 0u, 0u, 0u);
-    }
-}
-
-// Pass i of the slice (pass pass0 + i of the sub-step): the x operand of m-tile mt (rows 16 mt + g and + 8).
-template <int MT, bool LOW, int R>
-__device__ __forceinline__ void ts_x_pass(const TsX<MT, LOW, R>& xr, const TcX<MT>& xs, int pass0, int i,
-                                          uint4 (&xa)[MT], uint4 (&xb)[MT]) {
-    constexpr int P = TsX<MT, LOW, R>::P;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-        if (TsX<MT, LOW, R>::PRE) {
-            xa[mt] = xr.v[(LOW ? 0 : 2 * mt) * P + i];
-            xb[mt] = LOW ? make_uint4(0u, 0u, 0u, 0u) : xr.v[(2 * mt + 1) * P + i];
-        } else {
-            xa[mt] = xs.a[mt] ? __ldg(xs.a[mt] + 32 * (pass0 + i)) : make_uint4(0u, 0u, 0u, 0u);
-            xb[mt] = xs.b[mt] ? __ldg(xs.b[mt] + 32 * (pass0 + i)) : make_uint4(0u, 0u, 0u, 0u);
-        }
-    }
-}
-
-// The eight weights w of the lane's row times the pass's x operands, added to acc (LOW: rows 8..15 of the m-tile are
-// zero operands, as tc_step's).
+// One pass's two mma per m-tile. LOW (8 rows of x or fewer): x was loaded into xr before the sub-step's stage was
+// awaited (its latency then overlaps the wait: 0.163 -> 0.157 ms a Qwen3-8B layer at 1 row, 0.201 -> 0.189 at 8,
+// H100, docs/PERFORMANCE.md); the same operands as tc_step's, so the same sums. Above 8 rows the 16-row m-tiles
+// would need 64 more registers: tc_step loads x pass by pass.
 template <int MT, bool LOW>
-__device__ __forceinline__ void ts_mma(const uint32_t (&w)[4], const uint4 (&xa)[MT], const uint4 (&xb)[MT],
+__device__ __forceinline__ void ts_mul(const uint32_t (&w)[4], const TcX<MT>& xs, const uint4 (&xr)[8], int i,
                                        float (&acc)[MT][4]) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-        if (LOW) {
-            tc_mma(acc[mt], xa[mt].x, 0u, xa[mt].y, 0u, w[0], w[1]);
-            tc_mma(acc[mt], xa[mt].z, 0u, xa[mt].w, 0u, w[2], w[3]);
-        } else {
-            tc_mma(acc[mt], xa[mt].x, xb[mt].x, xa[mt].y, xb[mt].y, w[0], w[1]);
-            tc_mma(acc[mt], xa[mt].z, xb[mt].z, xa[mt].w, xb[mt].w, w[2], w[3]);
-        }
+    if (LOW) {
+        tc_mma(acc[0], xr[i].x, 0u, xr[i].y, 0u, w[0], w[1]);
+        tc_mma(acc[0], xr[i].z, 0u, xr[i].w, 0u, w[2], w[3]);
+    } else {
+        tc_step<MT, LOW>(w, xs, i, acc);
     }
 }
 
-// One DF11 slice from its stage st: for each pass, x's operands once, then for each of the `live` chunks the lane's
-// 8 codes -> exponents with escapes (ts_table) -> BF16 pairs -> two mma per m-tile. FAST: held[j] holds the lane's
-// escapes of chunk j (carried from slice to slice); SLOW: they are read at cursor[j] every pass.
-template <int MT, bool LOW, bool SLOW, int R>
-__device__ __forceinline__ void ts_slice(const uint8_t* st, const uint32_t (&t0)[R], const uint32_t (&t1)[R],
-                                         unsigned long long (&held)[R], uint32_t (&cursor)[R], const FgPacked& pk,
-                                         const TcX<MT>& xs, const TsX<MT, LOW, R>& xr, int pass0,
-                                         float (&acc)[R][MT][4]) {
-    using L = TsLayout<R>;
-    constexpr int P = L::P;
+// One DF11 sub-step from its stage st: for each pass, the lane's 8 codes -> exponents with escapes (ts_table) -> BF16
+// pairs -> two mma per m-tile. FAST: `held` holds the lane's escapes; SLOW: they are read at `cursor` every pass.
+template <int MT, bool LOW, bool SLOW>
+__device__ __forceinline__ void ts_passes(const uint8_t* st, uint32_t t0, uint32_t t1, unsigned long long held,
+                                          uint32_t cursor, const FgPacked& pk, const TcX<MT>& xs,
+                                          const uint4 (&xr)[8], float (&acc)[MT][4]) {
     const uint32_t lane = threadIdx.x & 31;
-    // The lane's 8-group of pass i is the 24 bits at byte 3 (lane + 32 i) of the chunk's slice of codes.
+    // The lane's 8-group of pass i is the 24 bits at byte 3 (lane + 32 i) of the codes.
+    const uint32_t* cw = reinterpret_cast<const uint32_t*>(st + TS_CODES);
     const uint32_t w0 = (3 * lane) >> 2, sh = ((lane & 3) * 24) & 31;
+    const uint2* smv = reinterpret_cast<const uint2*>(st + TS_SM);
 #pragma unroll
-    for (int i = 0; i < P; ++i) {
-        uint4 xa[MT], xb[MT];
-        ts_x_pass<MT, LOW, R>(xr, xs, pass0, i, xa, xb);
-        // Every chunk, live or not: a branch in this loop keeps the compiler from issuing a pass's shared loads
-        // ahead (measured at R = 1: 0.172 ms a Qwen3-8B layer at 1 row with it, 0.159 without). A chunk past the matrix (only in the last
-        // R-item of a matrix) decodes whatever its stage holds, with no escapes (held 0; SLOW reads are clamped),
-        // into sums nobody writes.
-#pragma unroll
-        for (int j = 0; j < R; ++j) {
-            const uint32_t* cw = reinterpret_cast<const uint32_t*>(st + L::CODES + 96 * P * j);
-            const uint2* smv = reinterpret_cast<const uint2*>(st + 256 * P * j);
-            const uint32_t v = __funnelshift_r(cw[w0 + 24 * i], cw[w0 + 24 * i + 1], sh);
-            // .x for every four codes; .y only by the lanes with an escape among them (~10% of lanes): a predicated-off
-            // lane takes no part in the bank conflicts of random lookups. (One 8-byte lookup of both: 3.6-way
-            // conflicts, 58% of the kernel's shared-load wavefronts; 0.157 -> 0.152 ms a Qwen3-8B layer at 1 row.)
-            uint2 a, b;
-            a.x = ts_tab[v & 0xfffu];
-            b.x = ts_tab[(v >> 12) & 0xfffu];
-            a.y = (a.x >> 16) ? ts_tab[4096 + (v & 0xfffu)] : 0x3210u;        // 0x3210: keep the four bytes
-            b.y = (b.x >> 16) ? ts_tab[4096 + ((v >> 12) & 0xfffu)] : 0x3210u;
-            unsigned long long e = SLOW ? ts_fetch8(pk, cursor[j]) : held[j];
-            const uint32_t elo = ts_prmt(ts_prmt(t0[j], t1[j], a.x), (uint32_t)e, a.y);
-            e >>= a.x >> 16;
-            const uint32_t ehi = ts_prmt(ts_prmt(t0[j], t1[j], b.x), (uint32_t)e, b.y);
-            e >>= b.x >> 16;
-            if (SLOW) {
-                cursor[j] += ((a.x >> 16) + (b.x >> 16)) >> 3;
-            } else {
-                held[j] = e;
-            }
-            const uint2 sm = smv[lane + 32 * i];
-            uint32_t w[4];
-            fg_fuse4(sm.x, elo, w[0], w[1]);
-            fg_fuse4(sm.y, ehi, w[2], w[3]);
-            ts_mma<MT, LOW>(w, xa, xb, acc[j]);
-        }
+    for (int i = 0; i < 8; ++i) {
+        const uint32_t v = __funnelshift_r(cw[w0 + 24 * i], cw[w0 + 24 * i + 1], sh);
+        // .x for every four codes; .y only by the lanes with an escape among them (~10% of lanes): a predicated-off
+        // lane takes no part in the bank conflicts of random lookups. (One 8-byte lookup of both: 3.6-way conflicts,
+        // 58% of the kernel's shared-load wavefronts; 0.157 -> 0.152 ms a Qwen3-8B layer at 1 row, H100.)
+        uint2 a, b;
+        a.x = ts_tab[v & 0xfffu];
+        b.x = ts_tab[(v >> 12) & 0xfffu];
+        a.y = (a.x >> 16) ? ts_tab[4096 + (v & 0xfffu)] : 0x3210u;            // 0x3210: keep the four bytes
+        b.y = (b.x >> 16) ? ts_tab[4096 + ((v >> 12) & 0xfffu)] : 0x3210u;
+        if (SLOW) held = ts_fetch8(pk, cursor);
+        const uint32_t elo = ts_prmt(ts_prmt(t0, t1, a.x), (uint32_t)held, a.y);
+        held >>= a.x >> 16;
+        const uint32_t ehi = ts_prmt(ts_prmt(t0, t1, b.x), (uint32_t)held, b.y);
+        held >>= b.x >> 16;
+        if (SLOW) cursor += ((a.x >> 16) + (b.x >> 16)) >> 3;
+        const uint2 sm = smv[lane + 32 * i];
+        uint32_t w[4];
+        fg_fuse4(sm.x, elo, w[0], w[1]);
+        fg_fuse4(sm.y, ehi, w[2], w[3]);
+        ts_mul<MT, LOW>(w, xs, xr, i, acc);
     }
 }
 
-// The twin's slice from its stage st (chunk j's pass i: the lane's 16 bytes at 512 (P j + i); rows past the matrix
-// were staged as zeros; a chunk past the last row group multiplies whatever its stage holds into sums nobody writes);
-// W: the chunk's columns. No branch between the passes of a whole chunk (the loads then go ahead of the mma).
-template <int MT, bool LOW, int R>
-__device__ __forceinline__ void ts_twin_slice(const uint8_t* st, int W, const TcX<MT>& xs, const TsX<MT, LOW, R>& xr,
-                                              int pass0, float (&acc)[R][MT][4]) {
-    constexpr int P = TsLayout<R>::P;
+// The twin's sub-step from its stage st (the lane's 16 bytes of each pass; rows past the matrix were staged as zeros);
+// W: the chunk's columns.
+template <int MT, bool LOW>
+__device__ __forceinline__ void ts_twin_passes(const uint8_t* st, int W, const TcX<MT>& xs, const uint4 (&xr)[8],
+                                               float (&acc)[MT][4]) {
     const uint32_t lane = threadIdx.x & 31;
     const uint4* q = reinterpret_cast<const uint4*>(st);
     auto pass = [&](int i) {
-        uint4 xa[MT], xb[MT];
-        ts_x_pass<MT, LOW, R>(xr, xs, pass0, i, xa, xb);
-#pragma unroll
-        for (int j = 0; j < R; ++j) {
-            const uint4 v = q[32 * (P * j + i) + lane];
-            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-            ts_mma<MT, LOW>(w, xa, xb, acc[j]);
-        }
+        const uint4 v = q[lane + 32 * i];
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        ts_mul<MT, LOW>(w, xs, xr, i, acc);
     };
-    if (W == 2048) {                                            // warp-uniform
+    if (W == 2048) {                                            // warp-uniform: no exit between the passes
 #pragma unroll
-        for (int i = 0; i < P; ++i) pass(i);
+        for (int i = 0; i < 8; ++i) pass(i);
     } else {
 #pragma unroll
-        for (int i = 0; i < P; ++i) {
-            if (256 * (pass0 + i) >= W) break;                  // warp-uniform: W % 256 == 0
+        for (int i = 0; i < 8; ++i) {
+            if (256 * i >= W) break;                            // warp-uniform: W % 256 == 0
             pass(i);
         }
     }
@@ -299,88 +206,88 @@ struct TsTables {
     int g1, g2;
 };
 
-// A position in a warp's sequence of slices: tile, R-item of the tile (ri), sub-step s, slice h.
+// A position in a warp's sequence of sub-steps: tile, item of the tile, sub-step of the item, and the item's index in
+// the matrix (tile * items + item; its row group is index / items_per_group).
 struct TsPos {
-    int tile, ri, s, h;
-    int G0;                // the R-item's first row group (of the matrix)
-    int live;              // its row groups in the matrix (0: past the warp's sequence or past the last row group)
+    int tile, item, s, index;
+    bool live;             // a sub-step of the matrix (not past the warp's sequence)
     int cg;                // the sub-step's place in its row group: 8 k + m (chunk k, sub-step m)
-    uint32_t chunk;        // DF11: the first row group's chunk of the sub-step (row group G0 + j: + j * cols / 256)
-    int colpart;           // twin: the lane's first column of the sub-step
+    uint32_t chunk;        // DF11: its chunk of the unit
+    long long at;          // twin: the lane's first weight's offset in the matrix
     int width;             // twin: W, the chunk's columns
+    bool row_in;           // twin: the lane's row is a row of the matrix (else its stage is zero-filled)
 };
 
 // Dynamic shared memory of a launch: `nslots` slots of partial sums (16-byte aligned each), then the warps' stages
-// (the DF11 kernels' table is ts_tab, static), TsLayout<R>::STAGE (DF11) or TS_TWIN_STAGE (twin) bytes each.
+// (the DF11 kernels' table is ts_tab, static), TS_STAGE (DF11) or TS_TWIN_STAGE (twin) bytes each.
 __device__ __forceinline__ int ts_partial_bytes(int tile_groups, int ipg, int nb) {
     return (tile_groups * ipg * nb * 32 + 15) & ~15;
 }
 
 // nslots (1, 2 or 4): how many tiles' partial sums a CTA keeps (its warps run up to nslots - 1 tiles apart).
-// tile_groups % R == 0 (the host's plan).
-template <int MT, bool LOW, bool TWIN, int R>
+template <int MT, bool LOW, bool TWIN>
 __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& tabs, const uint8_t* sign_mantissa,
                                           const uint16_t* wd, const __nv_bfloat16* x, __nv_bfloat16* y, int nb,
                                           int rows, int cols, long long base, int tile_groups, int steps, int nslots) {
-    using L = TsLayout<R>;
-    constexpr int P = L::P;
-    constexpr int NW = L::WIN / 16;                             // window pieces a chunk
     extern __shared__ __align__(16) uint8_t ts_smem[];
-    constexpr int stage_bytes = TWIN ? TS_TWIN_STAGE : L::STAGE;
+    constexpr int stage_bytes = TWIN ? TS_TWIN_STAGE : TS_STAGE;
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int ipg = tc_items_per_group(cols, steps), items = tile_groups * ipg, ritems = items / R;
+    const int ipg = tc_items_per_group(cols, steps), items = tile_groups * ipg;
     const int groups = (rows + 7) / 8, ntiles = (groups + tile_groups - 1) / tile_groups;
+    const int member_items = groups * ipg;
     const int slot_floats = ts_partial_bytes(tile_groups, ipg, nb) / 4;
     float* partial = reinterpret_cast<float*>(ts_smem);
     uint8_t* ring = ts_smem + 4 * slot_floats * nslots + warp * (TS_DEPTH * stage_bytes);
     // DF11: with whole chunks a row group's cols / 256 chunks are its items' sub-steps in order, so sub-step s of item
-    // index I is chunk first_chunk + I * steps + s, and row group G + 1's chunk at the same columns is cols / 256 on.
-    const uint32_t first_chunk = (uint32_t)(base >> 11), group_chunks = (uint32_t)(cols >> 8);
+    // index I is chunk first_chunk + I * steps + s.
+    const uint32_t first_chunk = (uint32_t)(base >> 11);
 
-    // Fills in where position p (tile, ri set; s = h = 0) reads; then advance() moves one slice on.
+    // Fills in where position p (tile, item, index set; s = 0) reads; then advance() moves one sub-step on.
     auto locate = [&](TsPos& p) {
-        const int gb = p.ri / ipg, in_group = p.ri - gb * ipg;
-        p.G0 = p.tile * tile_groups + gb * R;
-        p.live = p.tile < ntiles && p.ri < ritems ? max(0, min(R, groups - p.G0)) : 0;
-        p.cg = in_group * steps;
-        p.chunk = first_chunk + (uint32_t)((p.G0 * ipg + in_group) * steps);
-        const int c0 = 2048 * (p.cg >> 3);
-        p.width = min(2048, cols - c0);
-        p.colpart = c0 + 8 * (4 * (p.cg & 7) + (int)t);
+        p.live = p.tile < ntiles && p.item < items && p.index < member_items;
+        if (!p.live) return;
+        const int G = p.index / ipg;
+        p.cg = (p.index - G * ipg) * steps;
+        if (TWIN) {
+            const int c0 = 2048 * (p.cg >> 3);
+            const int row = min(8 * G + (int)g, rows - 1);                           // past the matrix: zeroed
+            p.row_in = 8 * G + (int)g < rows;
+            p.width = min(2048, cols - c0);
+            p.at = (long long)row * cols + c0 + 8 * (4 * (p.cg & 7) + (int)t);
+        } else {
+            p.chunk = first_chunk + (uint32_t)(p.index * steps);
+        }
     };
     auto advance = [&](TsPos& p) {
-        if (++p.h < R) return;
-        p.h = 0;
         if (++p.s < steps) {
             ++p.cg;
-            p.colpart += 32;
+            p.at += 32;
             ++p.chunk;
             return;
         }
         p.s = 0;
-        p.ri += TC_WARPS;
-        if (p.ri >= ritems) {
-            p.ri = (int)warp;
+        p.item += TC_WARPS;
+        p.index += TC_WARPS;
+        if (p.item >= items) {
+            p.item = (int)warp;
             p.tile += gridDim.x;
+            p.index = p.tile * items + p.item;
         }
         locate(p);
     };
 
-    // DF11: the escape ranges of the warp's chunks, 32 at a time: lane L holds chunk_escapes[c], [c + 1] of the
-    // warp's chunk 32 b + L (batch b; chunk j of its sub-step q is number R q + j), loaded a batch ahead; issue()
-    // takes them with shuffles. (Read one sub-step ahead instead, the loads were not back in time: long-scoreboard
-    // stalls, docs/PERFORMANCE.md.)
-    const int per_tile = (ritems - (int)warp + TC_WARPS - 1) / TC_WARPS;   // the warp's R-items in a tile
-    auto batch = [&](int b, uint32_t& lo, uint32_t& hi) {
+    // DF11: the escape ranges of the warp's sub-steps, 32 at a time: lane L holds chunk_escapes[c], [c + 1] of the
+    // warp's sub-step 32 j + L (batch j), loaded a batch ahead; issue() takes them with shuffles. (Read one sub-step
+    // ahead instead, the loads were not back in time: long-scoreboard stalls, docs/PERFORMANCE.md.)
+    const int per_tile = (items - (int)warp + TC_WARPS - 1) / TC_WARPS;   // the warp's items in a tile
+    auto batch = [&](int j, uint32_t& lo, uint32_t& hi) {
         lo = hi = 0;
         if (TWIN || per_tile <= 0) return;
-        const int e = 32 * b + (int)lane, q = e / R, j = e - q * R;
-        const int nth = q / steps, s = q - nth * steps;
-        const int tile = (int)blockIdx.x + (int)gridDim.x * (nth / per_tile);
-        const int ri = (int)warp + TC_WARPS * (nth % per_tile), gb = ri / ipg, in_group = ri - gb * ipg;
-        const int G = tile * tile_groups + gb * R + j;
-        if (tile < ntiles && G < groups) {
-            const uint32_t c = first_chunk + (uint32_t)((G * ipg + in_group) * steps + s);
+        const int q = 32 * j + (int)lane, nth_item = q / steps, s = q - nth_item * steps;
+        const int tile = (int)blockIdx.x + (int)gridDim.x * (nth_item / per_tile);
+        const int index = tile * items + (int)warp + TC_WARPS * (nth_item % per_tile);
+        if (tile < ntiles && index < member_items) {
+            const uint32_t c = first_chunk + (uint32_t)(index * steps + s);
             lo = __ldg(pk.chunk_escapes + c);
             hi = __ldg(pk.chunk_escapes + c + 1);
         }
@@ -388,86 +295,62 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
     uint32_t cur_lo, cur_hi, nxt_lo, nxt_hi;
     batch(0, cur_lo, cur_hi);
     batch(1, nxt_lo, nxt_hi);
-    int q_issue = 0;                                            // the warp's sub-steps issued so far (DF11)
+    int q_issue = 0;                                            // the warp's sub-steps issued so far
 
+    // Per lane: where its 16-byte pieces go in a stage and come from.
+    uint8_t* ring_lane = ring + 16 * lane;
+    const uint8_t* sm_lane = sign_mantissa + 16 * lane;
+    const uint8_t* codes_lane = reinterpret_cast<const uint8_t*>(pk.codes) + 16 * lane;
     // Starts the copies of position p into stage `slot` (none past the sequence) and commits them as one group.
     auto issue = [&](const TsPos& p, int slot) {
-        uint8_t* st = ring + slot * stage_bytes;
-        if (TWIN) {
-#pragma unroll
-            for (int j = 0; j < R; ++j) {
-                if (j >= p.live) break;
-                const int row = 8 * (p.G0 + j) + (int)g;
-                const uint32_t bytes = row < rows ? 16u : 0u;                    // 0: the piece is zero-filled
-                const uint16_t* src = wd + (long long)min(row, rows - 1) * cols + p.colpart + 256 * P * p.h;
-#pragma unroll
-                for (int i = 0; i < P; ++i)
-                    if (256 * (P * p.h + i) < p.width) ts_copy16(st + 512 * (P * j + i) + 16 * lane, src + 256 * i, bytes);
-            }
-            ts_commit();
-            return;
-        }
-        // The lane's chunk for the window and the head: j = lane / NW.
-        const int jw = (int)lane / NW;
         uint32_t esc_lo = 0, esc_hi = 0;
-        if (p.h == 0) {
-            if (q_issue > 0 && ((q_issue * R) & 31) == 0) {
+        if (!TWIN) {
+            if (q_issue > 0 && (q_issue & 31) == 0) {
                 cur_lo = nxt_lo;
                 cur_hi = nxt_hi;
-                batch(((q_issue * R) >> 5) + 1, nxt_lo, nxt_hi);
+                batch((q_issue >> 5) + 1, nxt_lo, nxt_hi);
             }
-            const int src = (q_issue * R + min(jw, R - 1)) & 31;
-            esc_lo = __shfl_sync(0xffffffffu, cur_lo, src);
-            esc_hi = __shfl_sync(0xffffffffu, cur_hi, src);
-            ++q_issue;
+            esc_lo = __shfl_sync(0xffffffffu, cur_lo, q_issue & 31);
+            esc_hi = __shfl_sync(0xffffffffu, cur_hi, q_issue & 31);
         }
-        if (p.live > 0) {
-            // sign_mantissa: piece k = lane + 32 q of the slice is chunk k / (16 P)'s piece k % (16 P).
+        ++q_issue;
+        uint8_t* st = ring_lane + slot * stage_bytes;
+        if (p.live) {
+            if (TWIN) {
+                const uint16_t* src = wd + p.at;
+                const uint32_t bytes = p.row_in ? 16u : 0u;              // 0: the piece is zero-filled
+                if (p.width == 2048) {
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int k = (int)lane + 32 * q, j = k / (16 * P), off = k - j * 16 * P;
-                if (j < p.live) {
-                    const uint32_t c = p.chunk + (uint32_t)j * group_chunks;
-                    ts_copy16(st + 16 * k, sign_mantissa + ((size_t)c << 11) + 256 * P * p.h + 16 * off, 16);
-                }
-            }
-            // codes: 48 pieces, piece k of chunk k / (6 P).
+                    for (int i = 0; i < 8; ++i) ts_copy16(st + 512 * i, src + 256 * i, bytes);
+                } else {
 #pragma unroll
-            for (int q = 0; q < 2; ++q) {
-                const int k = (int)lane + 32 * q, j = k / (6 * P), off = k - j * 6 * P;
-                if (k < 48 && j < p.live) {
-                    const uint32_t c = p.chunk + (uint32_t)j * group_chunks;
-                    ts_copy16(st + L::CODES + 16 * k,
-                              reinterpret_cast<const uint8_t*>(pk.codes) + (size_t)c * 768 + 96 * P * p.h + 16 * off,
-                              16);
+                    for (int i = 0; i < 8; ++i)
+                        if (256 * i < p.width) ts_copy16(st + 512 * i, src + 256 * i, bytes);
                 }
-            }
-            if (p.h == 0) {
-                if ((int)lane < 2 * R && (int)lane / 2 < p.live) {
-                    const uint32_t c = p.chunk + (uint32_t)(lane / 2) * group_chunks;
-                    ts_copy16(st + L::LANES + 16 * lane, pk.lane_starts + 32 * (size_t)c + 16 * (lane & 1), 16);
+            } else {
+                const uint8_t* gsm = sm_lane + ((size_t)p.chunk << 11);
+#pragma unroll
+                for (int q = 0; q < 4; ++q) ts_copy16(st + TS_SM + 512 * q, gsm + 512 * q, 16);
+                const uint8_t* gc = codes_lane + (size_t)p.chunk * 768;
+                ts_copy16(st + TS_CODES, gc, 16);
+                if (lane < 16) ts_copy16(st + TS_CODES + 512, gc + 512, 16);
+                if (lane < 2) ts_copy16(st + TS_LANES, pk.lane_starts + 32 * (size_t)p.chunk + 16 * lane, 16);
+                const uint32_t win0 = esc_lo & ~15u;
+                const uint32_t pieces = min((uint32_t)(TS_ESC_WIN / 16), (max(esc_hi, win0) - win0 + 15) / 16);
+                if (lane < pieces) {
+                    const uint32_t at = win0 + 16 * lane;
+                    const bool in = at < pk.n_escapes;
+                    ts_copy16(st + TS_WIN, pk.escapes + (in ? at : 0u), in ? min(16u, pk.n_escapes - at) : 0u);
                 }
-                if (jw < R && jw < p.live) {
-                    const uint32_t k = lane - (uint32_t)jw * NW;
-                    const uint32_t win0 = esc_lo & ~15u;
-                    const uint32_t pieces = min((uint32_t)NW, (max(esc_hi, win0) - win0 + 15) / 16);
-                    if (k < pieces) {
-                        const uint32_t at = win0 + 16 * k;
-                        const bool in = at < pk.n_escapes;
-                        ts_copy16(st + L::WINS + L::WIN * jw + 16 * k, pk.escapes + (in ? at : 0u),
-                                  in ? min(16u, pk.n_escapes - at) : 0u);
-                    }
-                    if (k == 0) {
-                        *reinterpret_cast<uint4*>(st + L::HEAD + 16 * jw) =
-                            make_uint4(esc_lo, win0, esc_hi - esc_lo, 0u);
-                    }
+                if (lane == 0) {
+                    *reinterpret_cast<uint4*>(st + TS_HEAD) = make_uint4(esc_lo, win0, esc_hi - esc_lo, 0u);
                 }
             }
         }
         ts_commit();
     };
 
-    // The table's copy (DF11) in its own group, the first TS_DEPTH - 1 slices' copies, then the table awaited while
+    // The table's copy (DF11) in its own group, the first TS_DEPTH - 1 sub-steps' copies, then the table awaited while
     // they fly.
     if (!TWIN) {
         for (int i = threadIdx.x; i < TS_TABLE_BYTES / 16; i += TC_THREADS) {
@@ -475,16 +358,8 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
         }
     }
     ts_commit();
-    TsPos ahead = {(int)blockIdx.x, (int)warp, 0, 0, 0, 0, 0, 0u, 0, 0};
+    TsPos ahead = {(int)blockIdx.x, (int)warp, 0, (int)blockIdx.x * items + (int)warp, false, 0, 0u, 0, 0, false};
     locate(ahead);
-    // AHEAD: the x operands of the slice at p (zeros past the sequence).
-    using Xr = TsX<MT, LOW, R>;
-    auto x_of = [&](const TsPos& p, Xr& xr) {
-        const int col = 2048 * (p.cg >> 3) + 32 * (p.cg & 7) + 8 * (int)t;
-        ts_x_load<MT, LOW, R>(xr, x, cols, p.live > 0 ? nb : 0, col, P * p.h, p.width);
-    };
-    Xr xnext;
-    if (Xr::AHEAD) x_of(ahead, xnext);
 #pragma unroll 1
     for (int d = 0; d < TS_DEPTH - 1; ++d) {
         issue(ahead, d);
@@ -497,104 +372,78 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
     // waits on barrier FULL(slot) for every warp's sums, adds them per output in item order and releases the slot on
     // FREE(slot, parity) for tile iteration n + nslots, whose other warps wait on it before writing. So warps wait
     // only for a tile nslots back, not for each other at every tile. Warps past `part` (a tile with fewer than 8
-    // R-items) take no part. Barrier ids: 0 __syncthreads, FULL 1 .. nslots, FREE after them (2 parities x nslots).
-    const int part = min(TC_WARPS, ritems), threads = 32 * part;
+    // items) take no part. Barrier ids: 0 __syncthreads, FULL 1 .. nslots, FREE after them (2 parities x nslots).
+    const int part = min(TC_WARPS, items), threads = 32 * part;
     const int FULL = 1, FREE = 1 + nslots;
     int slot = 0;
+    // The warp's first item of every tile is `warp`: its item in its row group and its row group in the tile.
+    const int first_in_group = (int)warp % ipg, first_group = (int)warp / ipg;
     int n = 0;
     for (int tile = blockIdx.x; (int)warp < part && tile < ntiles; tile += gridDim.x, ++n) {
         const int ps = n % nslots, reducer = n % part, parity = (n / nslots) & 1;
         float* psum = partial + ps * slot_floats;
         if (n >= nslots && (int)warp != (n - nslots) % part) ts_bar_sync(FREE + nslots * parity + ps, threads);
-        for (int ri = warp; ri < ritems; ri += TC_WARPS) {
-            const int gb = ri / ipg, in_group = ri - gb * ipg;
-            const int G0 = tile * tile_groups + gb * R, live = max(0, min(R, groups - G0));
-            float acc[R][MT][4];
-            uint32_t t0[R], t1[R];
-#pragma unroll
-            for (int j = 0; j < R; ++j) {
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) acc[j][mt][0] = acc[j][mt][1] = acc[j][mt][2] = acc[j][mt][3] = 0.0f;
-                // Chunk j's member's exponent table (warp-uniform).
-                const int G = G0 + j;
-                const bool in_a = G < tabs.g1, in_b = G < tabs.g2;
-                t0[j] = in_a ? tabs.t0a : in_b ? tabs.t0b : tabs.t0c;
-                t1[j] = in_a ? tabs.t1a : in_b ? tabs.t1b : tabs.t1c;
+        int in_group = first_in_group, G = tile * tile_groups + first_group;
+        for (int item = warp; item < items; item += TC_WARPS) {
+            if (item != (int)warp) {
+                for (in_group += TC_WARPS; in_group >= ipg; in_group -= ipg) ++G;
             }
+            float acc[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
+            // The item's member's exponent table (warp-uniform).
+            const bool in_a = G < tabs.g1, in_b = G < tabs.g2;
+            const uint32_t t0 = in_a ? tabs.t0a : in_b ? tabs.t0b : tabs.t0c;
+            const uint32_t t1 = in_a ? tabs.t1a : in_b ? tabs.t1b : tabs.t1c;
             for (int s = 0; s < steps; ++s) {
+                __syncwarp();                                   // every lane is done with the slot refilled now
+                uint4 xr[8];                                    // LOW: the sub-step's x row g (zero past nb)
+                if (LOW) {
+                    const int cg = in_group * steps + s;
+                    const uint4* xp = reinterpret_cast<const uint4*>(
+                        x + (long long)g * cols + 2048 * (cg >> 3) + 32 * (cg & 7) + 8 * (int)t);
+                    const int W = min(2048, cols - 2048 * (cg >> 3));   // the twin's last chunk may be narrower
+#pragma unroll
+                    for (int i = 0; i < 8; ++i)
+                        xr[i] = (int)g < nb && 256 * i < W ? __ldg(xp + 32 * i) : make_uint4(0u, 0u, 0u, 0u);
+                }
+                issue(ahead, slot == 0 ? TS_DEPTH - 1 : slot - 1);
+                advance(ahead);
+                ts_wait_group_le<TS_DEPTH - 1>();               // the oldest stage has landed
+                __syncwarp();                                   // the stage's bytes, copied by every lane, are here
+                const uint8_t* st = ring + slot * stage_bytes;
+                slot = slot + 1 == TS_DEPTH ? 0 : slot + 1;
+                if (G >= groups) continue;                      // warp-uniform: past the last row group
                 // The sub-step (k, m) of the row group: x columns 2048 k + 8 (4 m + t) + 256 i.
                 const int cg = in_group * steps + s;
-                const int col = 2048 * (cg >> 3) + 32 * (cg & 7) + 8 * (int)t;
-                const int W = min(2048, cols - 2048 * (cg >> 3));   // the twin's last chunk may be narrower
-                unsigned long long held[R];
-                uint32_t cursor[R];
-                bool fast = true;
-#pragma unroll
-                for (int h = 0; h < R; ++h) {
-                    __syncwarp();                               // every lane is done with the slot refilled now
-                    Xr xr;
-                    if (Xr::AHEAD) {
-                        xr = xnext;
-                        x_of(ahead, xnext);                     // the next slice's, with its stage
+                const TcX<MT> xs = tc_x<MT, LOW>(x, cols, nb, 2048 * (cg >> 3) + 32 * (cg & 7) + 8 * (int)t);
+                if (TWIN) {
+                    ts_twin_passes<MT, LOW>(st, min(2048, cols - 2048 * (cg >> 3)), xs, xr, acc);
+                } else {
+                    const uint4 head = *reinterpret_cast<const uint4*>(st + TS_HEAD);
+                    const uint32_t first = head.x, win0 = head.y, total = head.z;
+                    const uint32_t ls = st[TS_LANES + lane], le = lane < 31 ? st[TS_LANES + lane + 1] : total;
+                    const uint32_t start = first + ls, cnt = le - ls, local = start - win0;
+                    const bool fits = cnt <= 8u && local <= TS_ESC_WIN - cnt;
+                    if (__all_sync(0xffffffffu, fits)) {
+                        const uint32_t* ew = reinterpret_cast<const uint32_t*>(st + TS_WIN);
+                        const uint32_t q = local >> 2, sh = 8 * (local & 3);
+                        const uint32_t e0 = ew[q], e1 = ew[q + 1], e2 = ew[q + 2];
+                        const unsigned long long held =
+                            ((unsigned long long)__funnelshift_r(e1, e2, sh) << 32) | __funnelshift_r(e0, e1, sh);
+                        ts_passes<MT, LOW, false>(st, t0, t1, held, 0, pk, xs, xr, acc);
                     } else {
-                        ts_x_load<MT, LOW, R>(xr, x, cols, nb, col, P * h, W);
-                    }
-                    issue(ahead, slot == 0 ? TS_DEPTH - 1 : slot - 1);
-                    advance(ahead);
-                    ts_wait_group_le<TS_DEPTH - 1>();           // the oldest stage has landed
-                    __syncwarp();                               // the stage's bytes, copied by every lane, are here
-                    const uint8_t* st = ring + slot * stage_bytes;
-                    slot = slot + 1 == TS_DEPTH ? 0 : slot + 1;
-                    if (live == 0) continue;                    // warp-uniform: past the last row group
-                    const TcX<MT> xs = tc_x<MT, LOW>(x, cols, nb, col);
-                    if (TWIN) {
-                        ts_twin_slice<MT, LOW, R>(st, W, xs, xr, P * h, acc);
-                        continue;
-                    }
-                    if (h == 0) {
-                        // Each chunk's escapes: FAST where every lane's run of every chunk lies in its window.
-                        bool fits = true;
-#pragma unroll
-                        for (int j = 0; j < R; ++j) {
-                            held[j] = 0;
-                            cursor[j] = 0;
-                            if (j >= live) continue;
-                            const uint4 head = *reinterpret_cast<const uint4*>(st + L::HEAD + 16 * j);
-                            const uint32_t first = head.x, win0 = head.y, total = head.z;
-                            const uint8_t* ls8 = st + L::LANES + 32 * j;
-                            const uint32_t ls = ls8[lane], le = lane < 31 ? ls8[lane + 1] : total;
-                            const uint32_t start = first + ls, cnt = le - ls, local = start - win0;
-                            cursor[j] = start;
-                            if (cnt <= 8u && local <= L::WIN - cnt) {
-                                const uint32_t* ew = reinterpret_cast<const uint32_t*>(st + L::WINS + L::WIN * j);
-                                const uint32_t q = local >> 2, sh = 8 * (local & 3);
-                                const uint32_t e0 = ew[q], e1 = ew[q + 1], e2 = ew[q + 2];
-                                held[j] = ((unsigned long long)__funnelshift_r(e1, e2, sh) << 32) |
-                                          __funnelshift_r(e0, e1, sh);
-                            } else {
-                                fits = false;
-                            }
-                        }
-                        fast = __all_sync(0xffffffffu, fits);
-                    }
-                    if (fast) {
-                        ts_slice<MT, LOW, false, R>(st, t0, t1, held, cursor, pk, xs, xr, P * h, acc);
-                    } else {
-                        ts_slice<MT, LOW, true, R>(st, t0, t1, held, cursor, pk, xs, xr, P * h, acc);
+                        ts_passes<MT, LOW, true>(st, t0, t1, 0, start, pk, xs, xr, acc);
                     }
                 }
             }
-            // The items' sums: lane (g, t) holds x rows 16mt + g (+ 8) and W rows 8G + 2t, 8G + 2t + 1.
+            // The item's sums: lane (g, t) holds x rows 16mt + g (+ 8) and W rows 8G + 2t, 8G + 2t + 1.
+            float* p = psum + (long long)item * nb * 8;
 #pragma unroll
-            for (int j = 0; j < R; ++j) {
-                if (j >= live) break;
-                float* p = psum + (long long)((gb * R + j) * ipg + in_group) * nb * 8;
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    const int ba = 16 * mt + (int)g, bb = ba + 8;
-                    if (ba < nb) { p[ba * 8 + 2 * t] = acc[j][mt][0]; p[ba * 8 + 2 * t + 1] = acc[j][mt][1]; }
-                    if (bb < nb) { p[bb * 8 + 2 * t] = acc[j][mt][2]; p[bb * 8 + 2 * t + 1] = acc[j][mt][3]; }
-                }
+            for (int mt = 0; mt < MT; ++mt) {
+                const int ba = 16 * mt + (int)g, bb = ba + 8;
+                if (ba < nb) { p[ba * 8 + 2 * t] = acc[mt][0]; p[ba * 8 + 2 * t + 1] = acc[mt][1]; }
+                if (bb < nb) { p[bb * 8 + 2 * t] = acc[mt][2]; p[bb * 8 + 2 * t + 1] = acc[mt][3]; }
             }
         }
         if ((int)warp != reducer) {
@@ -627,27 +476,22 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
     const uint16_t *w, const __nv_bfloat16 *x, __nv_bfloat16 *y, int nb, int rows, int cols, int tile_groups,       \
         int steps, int nslots
 
-// 2 CTAs per SM where the shared memory allows (the host's grid follows, tc.rs). NAME: 8 (MT 1, nb <= 8), 1 (MT 1),
-// 2 (MT 2); R: row groups at once.
-#define TS_INSTANTIATE(NAME, MT, LOW, R)                                                                             \
-    extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) df11_tc_stream_##NAME##_r##R(TS_PACKED_ARGS) {      \
+// 2 CTAs per SM where the shared memory allows (the host's grid follows, tc.rs). NAME: 8 (MT 1, nb <= 8), 1, 2, 4.
+#define TS_INSTANTIATE(NAME, MT, LOW)                                                                                \
+    extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) df11_tc_stream_##NAME(TS_PACKED_ARGS) {             \
         const FgPacked pk = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, t0, t1};              \
         const TsTables tabs = {t0, t1, t0b, t1b, t0c, t1c, g1, g2};                                                  \
-        tc_stream<MT, LOW, false, R>(pk, tabs, sign_mantissa, nullptr, x, y, nb, rows, cols, base, tile_groups,     \
-                                     steps, nslots);                                                                 \
+        tc_stream<MT, LOW, false>(pk, tabs, sign_mantissa, nullptr, x, y, nb, rows, cols, base, tile_groups, steps, \
+                                  nslots);                                                                           \
     }                                                                                                                \
-    extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) bf16_tc_stream_##NAME##_r##R(TS_TWIN_ARGS) {        \
+    extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) bf16_tc_stream_##NAME(TS_TWIN_ARGS) {               \
         const FgPacked pk = {};                                                                                      \
         const TsTables tabs = {};                                                                                    \
-        tc_stream<MT, LOW, true, R>(pk, tabs, nullptr, w, x, y, nb, rows, cols, 0, tile_groups, steps, nslots);     \
+        tc_stream<MT, LOW, true>(pk, tabs, nullptr, w, x, y, nb, rows, cols, 0, tile_groups, steps, nslots);        \
     }
 
-TS_INSTANTIATE(8, 1, true, 1)
-TS_INSTANTIATE(8, 1, true, 2)
-TS_INSTANTIATE(8, 1, true, 4)
-TS_INSTANTIATE(1, 1, false, 1)
-TS_INSTANTIATE(1, 1, false, 2)
-TS_INSTANTIATE(1, 1, false, 4)
-TS_INSTANTIATE(2, 2, false, 1)
-TS_INSTANTIATE(2, 2, false, 2)
-TS_INSTANTIATE(2, 2, false, 4)
+
+TS_INSTANTIATE(8, 1, true)
+TS_INSTANTIATE(1, 1, false)
+TS_INSTANTIATE(2, 2, false)
+TS_INSTANTIATE(4, 4, false)

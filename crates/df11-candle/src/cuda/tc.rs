@@ -30,16 +30,9 @@ const STREAM_MODULE: &str = "df11_tc_stream";
 /// The streaming DF11 kernel's escape table (kernels/df11_tc_stream.cu: two arrays of 4096
 /// words, static shared memory).
 const STREAM_TABLE_BYTES: usize = 8 * 4096;
-/// A stage of the streaming kernels: `TsLayout<R>::STAGE` bytes (DF11; R = 1, 2, 4 row groups at
-/// once) or `TS_TWIN_STAGE` (twin); each of the 8 warps of a CTA has `TS_DEPTH` (2) of them
-/// (kernels/df11_tc_stream.cu).
-const fn stream_stage_bytes(row_groups: usize) -> usize {
-    match row_groups {
-        1 => 3120,
-        2 => 3424,
-        _ => 3520,
-    }
-}
+/// A stage of the streaming kernels: `TS_STAGE` bytes (DF11) or `TS_TWIN_STAGE` (twin); each of
+/// the 8 warps of a CTA has `TS_DEPTH` (2) of them (kernels/df11_tc_stream.cu).
+const STREAM_STAGE_BYTES: usize = 3120;
 const STREAM_TWIN_STAGE_BYTES: usize = 4096;
 const STREAM_RING_STAGES: usize = 8 * 2;
 
@@ -86,22 +79,13 @@ static STREAM: Setting<bool> = Setting::new(
     &[("on", true), ("off", false)],
 );
 
-/// A streaming launch's layout ([`TcTiling::stream_plan`]): row groups a warp multiplies at once,
-/// row groups per CTA tile (a multiple of them), dynamic shared memory, slots of partial sums,
-/// CTAs per SM. None of it changes a bit of the output.
+/// A streaming launch's layout ([`TcTiling::stream_plan`]): dynamic shared memory, slots of
+/// partial sums, CTAs per SM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct StreamPlan {
-    row_groups: usize,
-    tile_groups: usize,
     smem: usize,
     nslots: i32,
     per_sm: u32,
-}
-
-impl StreamPlan {
-    fn tiles(&self, rows: usize) -> usize {
-        rows.div_ceil(8).div_ceil(self.tile_groups)
-    }
 }
 
 /// How both tensor-core kernels split a `[rows, cols]` product with `nb` rows of input: items of
@@ -164,78 +148,55 @@ impl TcTiling {
         self.tile_groups * self.items_per_group * nb * 32
     }
 
-    fn stream_kernel(&self, nb: usize, twin: bool, row_groups: usize) -> &'static str {
-        macro_rules! names {
-            ($kind:literal) => {
-                match (self.m_tiles, nb <= 8, row_groups) {
-                    (1, true, 1) => concat!($kind, "_tc_stream_8_r1"),
-                    (1, true, 2) => concat!($kind, "_tc_stream_8_r2"),
-                    (1, true, _) => concat!($kind, "_tc_stream_8_r4"),
-                    (1, false, 1) => concat!($kind, "_tc_stream_1_r1"),
-                    (1, false, 2) => concat!($kind, "_tc_stream_1_r2"),
-                    (1, false, _) => concat!($kind, "_tc_stream_1_r4"),
-                    (_, _, 1) => concat!($kind, "_tc_stream_2_r1"),
-                    (_, _, 2) => concat!($kind, "_tc_stream_2_r2"),
-                    (_, _, _) => concat!($kind, "_tc_stream_2_r4"),
-                }
-            };
-        }
-        if twin {
-            names!("bf16")
-        } else {
-            names!("df11")
+    fn stream_kernel(&self, nb: usize, twin: bool) -> &'static str {
+        match (twin, self.m_tiles) {
+            (false, 1) if nb <= 8 => "df11_tc_stream_8",
+            (false, 1) => "df11_tc_stream_1",
+            (false, 2) => "df11_tc_stream_2",
+            (false, _) => "df11_tc_stream_4",
+            (true, 1) if nb <= 8 => "bf16_tc_stream_8",
+            (true, 1) => "bf16_tc_stream_1",
+            (true, 2) => "bf16_tc_stream_2",
+            (true, _) => "bf16_tc_stream_4",
         }
     }
 
     /// The layout of a streaming launch on a device whose CTAs may take `optin` bytes of shared
-    /// memory: the row groups a warp takes at once ([`stream_row_groups`]; fewer where their
-    /// layout does not fit 2 CTAs per SM), 2 CTAs per SM where they fit (else 1) with as many
-    /// slots of partial sums as fit (4, 2 or 1: measured 4 fastest, docs/PERFORMANCE.md); `None`
-    /// above 32 rows of input (four m-tiles: measured slower than `df11_tc.cu`, 0.749 against
-    /// 0.548 ms a Qwen3-8B layer at 64 rows) and where one CTA with one slot does not fit.
+    /// memory: 2 CTAs per SM where they fit (else 1) with as many slots of partial sums as fit
+    /// (4, 2 or 1: measured 4 fastest, docs/PERFORMANCE.md); `None` above 32 rows of input
+    /// (four m-tiles: measured slower than `df11_tc.cu`, 0.749 against 0.548 ms a Qwen3-8B layer
+    /// at 64 rows) and where one CTA with one slot does not fit.
     fn stream_plan(&self, nb: usize, twin: bool, optin: usize) -> Option<StreamPlan> {
         if self.m_tiles > 2 {
             return None;
         }
         let slots = slots_override();
+        let (table, stage) = if twin {
+            (0, STREAM_TWIN_STAGE_BYTES)
+        } else {
+            (STREAM_TABLE_BYTES, STREAM_STAGE_BYTES)
+        };
         let depth = stream_module().map_or(STREAM_RING_STAGES / 8, |(_, _, d)| d);
-        let wanted = stream_row_groups(nb);
-        let mut fallback = None;
-        for row_groups in [4usize, 2, 1].into_iter().filter(|&r| r <= wanted) {
-            let (table, stage) = if twin {
-                (0, STREAM_TWIN_STAGE_BYTES)
-            } else {
-                (STREAM_TABLE_BYTES, stream_stage_bytes(row_groups))
-            };
-            let ring = 8 * depth * stage;
-            let tile_groups = self.tile_groups.next_multiple_of(row_groups);
-            let partial = (tile_groups * self.items_per_group * nb * 32).next_multiple_of(16);
-            for per_sm in [2u32, 1] {
-                for nslots in [4usize, 2, 1] {
-                    if slots.is_some_and(|n| n < nslots) {
-                        continue;
-                    }
-                    let smem = nslots * partial + ring;
-                    if smem + table <= optin
-                        && per_sm as usize * (smem + table + 1024) <= SM_SHARED_BYTES
-                    {
-                        let plan = StreamPlan {
-                            row_groups,
-                            tile_groups,
-                            smem,
-                            nslots: nslots as i32,
-                            per_sm,
-                        };
-                        if per_sm == 2 {
-                            return Some(plan);
-                        }
-                        // One CTA per SM: only if no smaller R fits two.
-                        fallback = fallback.or(Some(plan));
-                    }
+        let ring = 8 * depth * stage;
+        let partial = self.partial_bytes(nb).next_multiple_of(16);
+        for per_sm in [2u32, 1] {
+            for nslots in [4usize, 2, 1] {
+                if slots.is_some_and(|n| n < nslots) {
+                    continue;
+                }
+                let smem = nslots * partial + ring;
+                if smem + table <= optin
+                    && per_sm as usize * (smem + table + 1024) <= SM_SHARED_BYTES
+                {
+                    return Some(StreamPlan {
+                        smem,
+                        nslots: nslots as i32,
+                        per_sm,
+                    });
                 }
             }
         }
-        fallback
+        None
     }
 
     fn kernel(&self, twin: bool) -> &'static str {
@@ -257,24 +218,6 @@ impl TcTiling {
             2
         }
     }
-}
-
-/// Row groups a streaming warp multiplies at once at `nb` rows of input (each pass's x operand
-/// loaded once for all of them): `DF11_TC_STREAM_R` (1, 2 or 4) for measurements, else by the
-/// measured table. Speed only: the sums are those of one row group at a time.
-fn stream_row_groups(nb: usize) -> usize {
-    static OVERRIDE: OnceLock<Option<usize>> = OnceLock::new();
-    let o = *OVERRIDE.get_or_init(|| {
-        std::env::var("DF11_TC_STREAM_R")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .filter(|r: &usize| [1, 2, 4].contains(r))
-    });
-    o.unwrap_or(match nb {
-        0..=4 => 1,
-        5..=8 => 2,
-        _ => 4,
-    })
 }
 
 /// Whether a product over `cols` columns with `nb` rows of input takes four sub-steps per item:
@@ -359,7 +302,7 @@ fn stream_config(
     let Some(plan) = tiling.stream_plan(nb, twin, smem_per_block_optin(dev)?) else {
         return Ok(None);
     };
-    let name = tiling.stream_kernel(nb, twin, plan.row_groups);
+    let name = tiling.stream_kernel(nb, twin);
     let (module, ptx, _) = stream_module()?;
     let cfg = launch_config_in(
         dev,
@@ -367,7 +310,7 @@ fn stream_config(
         ptx,
         name,
         plan.smem,
-        plan.tiles(rows),
+        tiling.tiles(rows),
         plan.per_sm,
     )?;
     Ok(Some((cfg, name, plan)))
@@ -495,8 +438,7 @@ impl CudaOp2 for PackedTcOp<'_> {
         let func = dev.get_or_load_custom_func(name, module, ptx)?;
         let sm = sm.as_cuda_slice::<u8>()?;
         let (nb_, rows_, cols_, base_) = (nb as i32, rows as i32, cols as i32, base as i64);
-        let groups = plan.map_or(tiling.tile_groups, |p| p.tile_groups) as i32;
-        let steps = tiling.steps as i32;
+        let (groups, steps) = (tiling.tile_groups as i32, tiling.steps as i32);
         let tiled_ = tiled as i32;
         let [[t0, t1], [t0b, t1b], [t0c, t1c]] = tables;
         let mut b = func.builder();
@@ -565,8 +507,7 @@ impl CudaOp2 for TwinTcOp {
         let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
         let func = dev.get_or_load_custom_func(name, module, ptx)?;
         let (nb_, rows_, cols_) = (nb as i32, rows as i32, cols as i32);
-        let groups = plan.map_or(tiling.tile_groups, |p| p.tile_groups) as i32;
-        let steps = tiling.steps as i32;
+        let (groups, steps) = (tiling.tile_groups as i32, tiling.steps as i32);
         let mut b = func.builder();
         push_args!(b; &wv, &xv, &out, &nb_, &rows_, &cols_, &groups, &steps);
         let nslots = plan.map_or(0, |p| p.nslots);
@@ -635,10 +576,6 @@ mod tests {
                     };
                     let table = if twin { 0 } else { STREAM_TABLE_BYTES };
                     assert!(p.smem + table <= optin);
-                    assert!(p.row_groups <= stream_row_groups(nb));
-                    assert_eq!(p.tile_groups % p.row_groups, 0);
-                    assert!(p.tile_groups >= t.tile_groups);
-                    assert!(p.tiles(rows) * p.tile_groups * 8 >= rows);
                     assert!(p.per_sm as usize * (p.smem + table + 1024) <= SM_SHARED_BYTES);
                     // The decode step's batches keep 2 CTAs per SM and 4 slots.
                     if nb <= 8 && cols <= 12288 {
