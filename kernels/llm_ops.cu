@@ -75,21 +75,26 @@ softmax_scaled_bf16(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restri
     }
 }
 
-// silu_mul_bf16: the gated MLP's activation in one kernel: y = bf16( bf16(silu(g)) * u ), silu in f32
-// (candle: silu, mul: two launches). Elementwise over n values.
+// The gated MLP's activation of one value: bf16( bf16(silu(g)) * u ), silu in f32. Both kernels below use it, so their
+// outputs are the same bits.
+__device__ __forceinline__ __nv_bfloat16 ops_silu_mul(__nv_bfloat16 g, __nv_bfloat16 u) {
+    const float gv = __bfloat162float(g);
+    const __nv_bfloat16 act = __float2bfloat16_rn(gv / (1.0f + __expf(-gv)));
+    return __float2bfloat16_rn(__bfloat162float(act) * __bfloat162float(u));
+}
+
+// silu_mul_bf16: the activation in one kernel (candle: silu, mul: two launches). Elementwise over n values.
 extern "C" __global__ void __launch_bounds__(OPS_THREADS)
 silu_mul_bf16(const __nv_bfloat16* __restrict__ g, const __nv_bfloat16* __restrict__ u,
               __nv_bfloat16* __restrict__ y, long long n) {
     for (long long i = (long long)blockIdx.x * OPS_THREADS + threadIdx.x; i < n;
          i += (long long)gridDim.x * OPS_THREADS) {
-        const float gv = __bfloat162float(g[i]);
-        const __nv_bfloat16 act = __float2bfloat16_rn(gv / (1.0f + __expf(-gv)));
-        y[i] = __float2bfloat16_rn(__bfloat162float(act) * __bfloat162float(u[i]));
+        y[i] = ops_silu_mul(g[i], u[i]);
     }
 }
 
 // silu_mul_halves_bf16: the same for a stacked gate/up output x [rows, 2 * inter] (gate the first half of each row,
-// up the second): y [rows, inter], no copy of the halves first. The same arithmetic per value as silu_mul_bf16.
+// up the second): y [rows, inter], no copy of the halves first.
 extern "C" __global__ void __launch_bounds__(OPS_THREADS)
 silu_mul_halves_bf16(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ y, long long rows,
                      long long inter) {
@@ -97,8 +102,6 @@ silu_mul_halves_bf16(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restr
     for (long long i = (long long)blockIdx.x * OPS_THREADS + threadIdx.x; i < n;
          i += (long long)gridDim.x * OPS_THREADS) {
         const long long r = i / inter, c = i - r * inter;
-        const float gv = __bfloat162float(x[2 * inter * r + c]);
-        const __nv_bfloat16 act = __float2bfloat16_rn(gv / (1.0f + __expf(-gv)));
-        y[i] = __float2bfloat16_rn(__bfloat162float(act) * __bfloat162float(x[2 * inter * r + inter + c]));
+        y[i] = ops_silu_mul(x[2 * inter * r + c], x[2 * inter * r + inter + c]);
     }
 }

@@ -12,6 +12,26 @@ use crate::cuda::launch::{cuda_only_op, push_args, CudaOp1, CudaOp2, CudaOut};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/llm_ops.ptx"));
 const MODULE: &str = "llm_ops";
+/// `OPS_THREADS` of kernels/llm_ops.cu.
+const OPS_THREADS: u32 = 256;
+
+/// One CTA per row (the row kernels: RMSNorm, softmax).
+fn per_row(rows: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (rows as u32, 1, 1),
+        block_dim: (OPS_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// A grid-stride launch over `n` values (the elementwise kernels).
+fn elementwise(n: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (n.div_ceil(OPS_THREADS as usize).min(65_535) as u32, 1, 1),
+        block_dim: (OPS_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
 
 /// transformers' RMSNorm of BF16 activations in one launch:
 /// `w * bf16(x * rsqrt(mean(x²) + eps))`, the mean in f32 over the last dimension. `x` and `w`
@@ -67,11 +87,7 @@ impl CudaOp1 for SoftmaxOp {
         let out = crate::cuda::launch::alloc_out(&dev, xv.len())?;
         if rows > 0 {
             let func = dev.get_or_load_custom_func("softmax_scaled_bf16", MODULE, PTX)?;
-            let cfg = LaunchConfig {
-                grid_dim: (rows as u32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let cfg = per_row(rows);
             let n_arg = n as i32;
             let mut b = func.builder();
             push_args!(b; &xv, &out, &n_arg, &self.scale);
@@ -105,11 +121,7 @@ impl CudaOp2 for SiluMulOp {
         let out = crate::cuda::launch::alloc_out(&dev, n)?;
         if n > 0 {
             let func = dev.get_or_load_custom_func("silu_mul_bf16", MODULE, PTX)?;
-            let cfg = LaunchConfig {
-                grid_dim: (n.div_ceil(256).min(65_535) as u32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let cfg = elementwise(n);
             let n_arg = n as i64;
             let mut b = func.builder();
             push_args!(b; &gv, &uv, &out, &n_arg);
@@ -148,11 +160,7 @@ impl CudaOp1 for SiluMulHalvesOp {
         let n = rows * inter;
         if n > 0 {
             let func = dev.get_or_load_custom_func("silu_mul_halves_bf16", MODULE, PTX)?;
-            let cfg = LaunchConfig {
-                grid_dim: (n.div_ceil(256).min(65_535) as u32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let cfg = elementwise(n);
             let (rows_arg, inter_arg) = (rows as i64, inter as i64);
             let mut b = func.builder();
             push_args!(b; &xv, &out, &rows_arg, &inter_arg);
@@ -197,11 +205,7 @@ impl CudaOp2 for RmsNormOp {
         let out = unsafe { dev.alloc::<bf16>(rows * n) }?;
         if rows > 0 {
             let func = dev.get_or_load_custom_func("rms_norm_bf16", MODULE, PTX)?;
-            let cfg = LaunchConfig {
-                grid_dim: (rows as u32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let cfg = per_row(rows);
             let n_arg = n as i32;
             let mut b = func.builder();
             push_args!(b; &xv, &wv, &out, &n_arg, &self.eps);

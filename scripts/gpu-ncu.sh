@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# ncu counters of the streaming tensor-core kernels at several rows of x (docs/PERFORMANCE.md,
+# session 13): packs tc_probe from the CUDA build (scripts/gpu-suite.sh or scripts/gpu-tc.sh
+# built it) into .gpu/ncu. On the GPU machine (device tool, carry [".gpu/ncu"]):
+#     ROWS="1 8 16 32" bash .gpu/ncu/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUTD=.gpu/ncu
+rm -rf "$OUTD" && mkdir -p "$OUTD"
+cp target/cuda/release/tc_probe "$OUTD/tc_probe"
+strip "$OUTD/tc_probe"
+xz -T0 -3 "$OUTD/tc_probe"
+cp scripts/gpu-ncu-run.sh "$OUTD/run.sh"
+du -sh "$OUTD"
