@@ -24,7 +24,9 @@ __device__ __forceinline__ void tc_mma(float (&d)[4], uint32_t a0, uint32_t a1, 
 }
 
 // The lane's x rows in one sub-step: rows 16mt + g and 16mt + g + 8 of x (g = lane / 4) from the sub-step's first
-// column of the lane; a null pointer for a row past nb (it reads as zero).
+// column of the lane. A row past nb reads row nb - 1 instead: the mma's output rows past nb are never stored (every
+// kernel checks ba, bb < nb), and its rows are independent, so the loads need no predicate or zeroing (LOW: rows
+// 8.. are zero operands and never loaded).
 template <int MT>
 struct TcX {
     const uint4* a[MT];
@@ -39,8 +41,8 @@ __device__ __forceinline__ TcX<MT> tc_x(const __nv_bfloat16* x, int cols, int nb
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
         const int ba = 16 * mt + g, bb = ba + 8;
-        r.a[mt] = ba < nb ? reinterpret_cast<const uint4*>(x + (long long)ba * cols + col) : nullptr;
-        r.b[mt] = !LOW && bb < nb ? reinterpret_cast<const uint4*>(x + (long long)bb * cols + col) : nullptr;
+        r.a[mt] = reinterpret_cast<const uint4*>(x + (long long)min(ba, nb - 1) * cols + col);
+        r.b[mt] = reinterpret_cast<const uint4*>(x + (long long)min(bb, nb - 1) * cols + col);
     }
     return r;
 }
@@ -51,9 +53,8 @@ template <int MT, bool LOW = false>
 __device__ __forceinline__ void tc_step(const uint32_t (&w)[4], const TcX<MT>& xs, int i, float (&acc)[MT][4]) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-        uint4 xa = make_uint4(0u, 0u, 0u, 0u), xb = xa;
-        if (xs.a[mt]) xa = __ldg(xs.a[mt] + 32 * i);           // 256 columns a pass: 32 uint4
-        if (!LOW && xs.b[mt]) xb = __ldg(xs.b[mt] + 32 * i);
+        const uint4 xa = __ldg(xs.a[mt] + 32 * i);              // 256 columns a pass: 32 uint4
+        const uint4 xb = LOW ? make_uint4(0u, 0u, 0u, 0u) : __ldg(xs.b[mt] + 32 * i);
         tc_mma(acc[mt], xa.x, xb.x, xa.y, xb.y, w[0], w[1]);
         tc_mma(acc[mt], xa.z, xb.z, xa.w, xb.w, w[2], w[3]);
     }

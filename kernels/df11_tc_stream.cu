@@ -397,15 +397,17 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
             const uint32_t t1 = in_a ? tabs.t1a : in_b ? tabs.t1b : tabs.t1c;
             for (int s = 0; s < steps; ++s) {
                 __syncwarp();                                   // every lane is done with the slot refilled now
-                uint4 xr[8];                                    // LOW: the sub-step's x row g (zero past nb)
+                // LOW: the sub-step's x row g, or row nb - 1 for g >= nb (tc_x's rule: those rows of the mma's output
+                // are never stored, and the loads need no predicate or zeroing).
+                uint4 xr[8];
                 if (LOW) {
                     const int cg = in_group * steps + s;
                     const uint4* xp = reinterpret_cast<const uint4*>(
-                        x + (long long)g * cols + 2048 * (cg >> 3) + 32 * (cg & 7) + 8 * (int)t);
+                        x + (long long)min((int)g, nb - 1) * cols + 2048 * (cg >> 3) + 32 * (cg & 7) + 8 * (int)t);
                     const int W = min(2048, cols - 2048 * (cg >> 3));   // the twin's last chunk may be narrower
 #pragma unroll
-                    for (int i = 0; i < 8; ++i)
-                        xr[i] = (int)g < nb && 256 * i < W ? __ldg(xp + 32 * i) : make_uint4(0u, 0u, 0u, 0u);
+                    for (int i = 0; i < 8; ++i)                          // DF11: whole chunks, W == 2048
+                        xr[i] = !TWIN || 256 * i < W ? __ldg(xp + 32 * i) : make_uint4(0u, 0u, 0u, 0u);
                 }
                 issue(ahead, slot == 0 ? TS_DEPTH - 1 : slot - 1);
                 advance(ahead);
