@@ -378,11 +378,23 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
     int slot = 0;
     // The warp's first item of every tile is `warp`: its item in its row group and its row group in the tile.
     const int first_in_group = (int)warp % ipg, first_group = (int)warp / ipg;
-    int n = 0;
-    for (int tile = blockIdx.x; (int)warp < part && tile < ntiles; tile += gridDim.x, ++n) {
-        const int ps = n % nslots, reducer = n % part, parity = (n / nslots) & 1;
+    // Tile iteration n's slot ps = n % nslots, its parity (n / nslots) & 1 and its reducer n % part, kept as counters
+    // (runtime divisions here were ~3% of the kernel's instructions at 1 row); `back` = nslots % part, so the reducer
+    // of iteration n - nslots is reducer - back (mod part).
+    const int back = nslots % part;
+    int n = 0, ps = 0, parity = 0, reducer = 0;
+    auto next_tile = [&]() {
+        ++n;
+        reducer = reducer + 1 == part ? 0 : reducer + 1;
+        if (++ps == nslots) {
+            ps = 0;
+            parity ^= 1;
+        }
+    };
+    for (int tile = blockIdx.x; (int)warp < part && tile < ntiles; tile += gridDim.x, next_tile()) {
         float* psum = partial + ps * slot_floats;
-        if (n >= nslots && (int)warp != (n - nslots) % part) ts_bar_sync(FREE + nslots * parity + ps, threads);
+        const int freer = reducer - back < 0 ? reducer - back + part : reducer - back;   // iteration n - nslots's
+        if (n >= nslots && (int)warp != freer) ts_bar_sync(FREE + nslots * parity + ps, threads);
         int in_group = first_in_group, G = tile * tile_groups + first_group;
         for (int item = warp; item < items; item += TC_WARPS) {
             if (item != (int)warp) {
