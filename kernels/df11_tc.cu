@@ -14,11 +14,13 @@
 // are (fp_item, df11_packed.cuh). ITEM: (G, k, sub-steps sb*S .. sb*S + S - 1), S = `steps` in {1, 2, 4, 8}.
 //
 // THE TC SUMMATION CONTRACT (shared by df11_tc_packed and bf16_tc, which differ only in where w comes from):
-//   per item, one accumulator fragment per m-tile (rows 16mt .. 16mt + 15 of x), zero at the start; for each
-//   sub-step m in order, each pass i in order: two mma.sync.m16n8k16 (bf16 in, f32 accumulate), the first with
-//   columns c .. c + 3 of the lane (c = 2048k + 8L + 256i) in its k slots 2t, 2t + 1, 2t + 8, 2t + 9 and the second
-//   with c + 4 .. c + 7; rows of x past nb and rows of W past `rows` are zero. The items of a row group are then
-//   added in item order (k, then sb) starting from 0.0f, and the sum rounded to BF16.
+//   per item, two accumulator fragments P and Q per m-tile (rows 16mt .. 16mt + 15 of x), zero at the start; for
+//   each sub-step m in order, each pass i in order: one mma.sync.m16n8k16 (bf16 in, f32 accumulate) into P with
+//   columns c, c + 1, c + 4, c + 5 of the lane (c = 2048k + 8L + 256i) in its k slots 2t, 2t + 1, 2t + 8, 2t + 9,
+//   and one into Q with c + 2, c + 3, c + 6, c + 7 (df11_tc.cuh: tc_step, tc_step_low); rows of W past `rows` are
+//   zero. An item's partial sum of an output is P + Q (f32). The items of a row group are then added in item order
+//   (k, then sb) starting from 0.0f, and the sum rounded to BF16. (At 8 rows or fewer the streaming kernels keep
+//   Q's sums in the m-tile's rows 8-15, the same arithmetic on the same operands.)
 // So the same (rows, cols, nb, steps) give bit-identical outputs for the same weights. The host chooses `steps`
 // from the shape and nb only (crates/df11-candle/src/cuda/tc.rs).
 //
@@ -111,9 +113,8 @@ __device__ __forceinline__ void tc_gemv(const FgPacked& pk, const uint8_t* sign_
         for (int item = warp; item < items; item += TC_WARPS) {
             const int G = tile * tile_groups + item / ipg;
             const bool valid = 8 * G + (int)g < rows;
-            float acc[MT][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
+            TcAcc<MT> acc;
+            tc_acc_zero<MT>(acc);
             TcAt here;
             for (int s = 0; s < steps; ++s, advance(here)) {
                 if (s == 0) here = at(tile, item, 0);
@@ -148,14 +149,7 @@ __device__ __forceinline__ void tc_gemv(const FgPacked& pk, const uint8_t* sign_
                     else fp_item<false>(tab, pk, sign_mantissa, here.j0, here.W, here.Lp, cur, mul);
                 }
             }
-            // The item's sums: lane (g, t) holds x rows 16mt + g (+ 8) and W rows 8G + 2t, 8G + 2t + 1.
-            float* p = partial + (long long)item * nb * 8;
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                const int ba = 16 * mt + (int)g, bb = ba + 8;
-                if (ba < nb) { p[ba * 8 + 2 * t] = acc[mt][0]; p[ba * 8 + 2 * t + 1] = acc[mt][1]; }
-                if (bb < nb) { p[bb * 8 + 2 * t] = acc[mt][2]; p[bb * 8 + 2 * t + 1] = acc[mt][3]; }
-            }
+            tc_store_item<MT>(acc, partial + (long long)item * nb * 8, nb);
         }
         __syncthreads();
         // Each output of the tile: its row group's items in order.

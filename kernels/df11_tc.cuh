@@ -47,16 +47,67 @@ __device__ __forceinline__ TcX<MT> tc_x(const __nv_bfloat16* x, int cols, int nb
     return r;
 }
 
-// The eight weights w (four BF16 pairs, columns c .. c + 7 of pass i) of the lane's row times the lane's x rows at the
-// same columns, added to acc.
+// An item's accumulators: two fragments per m-tile, P (acc[0]) and Q (acc[1]). A pass's eight weights w (four BF16
+// pairs: columns c, c + 1 | c + 2, c + 3 | c + 4, c + 5 | c + 6, c + 7) go half to each: P takes w[0], w[2] with x's
+// columns c, c + 1, c + 4, c + 5 in its k slots, Q takes w[1], w[3] with c + 2, c + 3, c + 6, c + 7. Why two: at 8 rows
+// or fewer (LOW) a lane's x quad (c .. c + 7 of one row) is then the A operand of both mma as it was loaded, with no
+// register moves: P's rows g hold x's columns c, c + 1, c + 4, c + 5 and Q's rows g + 8 its columns c + 2, c + 3,
+// c + 6, c + 7 (rows 8-15 of an m-tile are never stored at LOW, so what the other rows compute does not matter).
+// Before, one fragment took x as {x.x, 0, x.y, 0}: ~7 moves a pass, 14% of the DF11 kernel's pass loop (SASS).
+template <int MT>
+using TcAcc = float[2][MT][4];
+
+template <int MT>
+__device__ __forceinline__ void tc_acc_zero(TcAcc<MT>& acc) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) acc[h][mt][0] = acc[h][mt][1] = acc[h][mt][2] = acc[h][mt][3] = 0.0f;
+}
+
+// The eight weights w of pass i of the lane's row times the lane's x rows at the same columns, added to acc (above
+// 8 rows: x rows 16mt + g in the A rows g, rows 16mt + g + 8 in the rows g + 8, of both fragments).
 template <int MT, bool LOW = false>
-__device__ __forceinline__ void tc_step(const uint32_t (&w)[4], const TcX<MT>& xs, int i, float (&acc)[MT][4]) {
+__device__ __forceinline__ void tc_step(const uint32_t (&w)[4], const TcX<MT>& xs, int i, TcAcc<MT>& acc) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
         const uint4 xa = __ldg(xs.a[mt] + 32 * i);              // 256 columns a pass: 32 uint4
         const uint4 xb = LOW ? make_uint4(0u, 0u, 0u, 0u) : __ldg(xs.b[mt] + 32 * i);
-        tc_mma(acc[mt], xa.x, xb.x, xa.y, xb.y, w[0], w[1]);
-        tc_mma(acc[mt], xa.z, xb.z, xa.w, xb.w, w[2], w[3]);
+        tc_mma(acc[0][mt], xa.x, xb.x, xa.z, xb.z, w[0], w[2]);
+        tc_mma(acc[1][mt], xa.y, xb.y, xa.w, xb.w, w[1], w[3]);
+    }
+}
+
+// LOW (8 rows of x or fewer): the same products from the lane's x quad xq (columns c .. c + 7 of x row g) as it was
+// loaded: P's rows g get x.x, x.z; Q's rows g + 8 get x.y, x.w.
+__device__ __forceinline__ void tc_step_low(const uint32_t (&w)[4], const uint4& xq, TcAcc<1>& acc) {
+    tc_mma(acc[0][0], xq.x, xq.y, xq.z, xq.w, w[0], w[2]);
+    tc_mma(acc[1][0], xq.x, xq.y, xq.z, xq.w, w[1], w[3]);
+}
+
+// The item's sums into p (nb x 8 floats: x row b, W row 8G + r at p[8b + r]): lane (g, t) holds x rows 16mt + g
+// (+ 8) and W rows 8G + 2t, 8G + 2t + 1; each output is P + Q of its row (LOW: P's row g, Q's row g + 8).
+template <int MT, bool LOW = false>
+__device__ __forceinline__ void tc_store_item(const TcAcc<MT>& acc, float* p, int nb) {
+    const int g = (int)((threadIdx.x & 31) >> 2), t = (int)(threadIdx.x & 3);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        const int ba = 16 * mt + g, bb = ba + 8;
+        if (LOW) {
+            if (ba < nb) {
+                p[ba * 8 + 2 * t] = acc[0][0][0] + acc[1][0][2];
+                p[ba * 8 + 2 * t + 1] = acc[0][0][1] + acc[1][0][3];
+            }
+        } else {
+            if (ba < nb) {
+                p[ba * 8 + 2 * t] = acc[0][mt][0] + acc[1][mt][0];
+                p[ba * 8 + 2 * t + 1] = acc[0][mt][1] + acc[1][mt][1];
+            }
+            if (bb < nb) {
+                p[bb * 8 + 2 * t] = acc[0][mt][2] + acc[1][mt][2];
+                p[bb * 8 + 2 * t + 1] = acc[0][mt][3] + acc[1][mt][3];
+            }
+        }
     }
 }
 

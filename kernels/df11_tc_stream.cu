@@ -128,10 +128,9 @@ __device__ __forceinline__ unsigned long long ts_fetch8(const FgPacked& pk, uint
 // would need 64 more registers: tc_step loads x pass by pass.
 template <int MT, bool LOW>
 __device__ __forceinline__ void ts_mul(const uint32_t (&w)[4], const TcX<MT>& xs, const uint4 (&xr)[8], int i,
-                                       float (&acc)[MT][4]) {
-    if (LOW) {
-        tc_mma(acc[0], xr[i].x, 0u, xr[i].y, 0u, w[0], w[1]);
-        tc_mma(acc[0], xr[i].z, 0u, xr[i].w, 0u, w[2], w[3]);
+                                       TcAcc<MT>& acc) {
+    if constexpr (LOW) {
+        tc_step_low(w, xr[i], acc);
     } else {
         tc_step<MT, LOW>(w, xs, i, acc);
     }
@@ -142,7 +141,7 @@ __device__ __forceinline__ void ts_mul(const uint32_t (&w)[4], const TcX<MT>& xs
 template <int MT, bool LOW, bool SLOW>
 __device__ __forceinline__ void ts_passes(const uint8_t* st, uint32_t t0, uint32_t t1, unsigned long long held,
                                           uint32_t cursor, const FgPacked& pk, const TcX<MT>& xs,
-                                          const uint4 (&xr)[8], float (&acc)[MT][4]) {
+                                          const uint4 (&xr)[8], TcAcc<MT>& acc) {
     const uint32_t lane = threadIdx.x & 31;
     // The lane's 8-group of pass i is the 24 bits at byte 3 (lane + 32 i) of the codes.
     const uint32_t* cw = reinterpret_cast<const uint32_t*>(st + TS_CODES);
@@ -177,7 +176,7 @@ __device__ __forceinline__ void ts_passes(const uint8_t* st, uint32_t t0, uint32
 // W: the chunk's columns.
 template <int MT, bool LOW>
 __device__ __forceinline__ void ts_twin_passes(const uint8_t* st, int W, const TcX<MT>& xs, const uint4 (&xr)[8],
-                                               float (&acc)[MT][4]) {
+                                               TcAcc<MT>& acc) {
     const uint32_t lane = threadIdx.x & 31;
     const uint4* q = reinterpret_cast<const uint4*>(st);
     auto pass = [&](int i) {
@@ -400,9 +399,8 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
             if (item != (int)warp) {
                 for (in_group += TC_WARPS; in_group >= ipg; in_group -= ipg) ++G;
             }
-            float acc[MT][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
+            TcAcc<MT> acc;
+            tc_acc_zero<MT>(acc);
             // The item's member's exponent table (warp-uniform).
             const bool in_a = G < tabs.g1, in_b = G < tabs.g2;
             const uint32_t t0 = in_a ? tabs.t0a : in_b ? tabs.t0b : tabs.t0c;
@@ -451,14 +449,7 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
                     }
                 }
             }
-            // The item's sums: lane (g, t) holds x rows 16mt + g (+ 8) and W rows 8G + 2t, 8G + 2t + 1.
-            float* p = psum + (long long)item * nb * 8;
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                const int ba = 16 * mt + (int)g, bb = ba + 8;
-                if (ba < nb) { p[ba * 8 + 2 * t] = acc[mt][0]; p[ba * 8 + 2 * t + 1] = acc[mt][1]; }
-                if (bb < nb) { p[bb * 8 + 2 * t] = acc[mt][2]; p[bb * 8 + 2 * t + 1] = acc[mt][3]; }
-            }
+            tc_store_item<MT, LOW>(acc, psum + (long long)item * nb * 8, nb);
         }
         if ((int)warp != reducer) {
             ts_bar_arrive(FULL + ps, threads);
