@@ -329,15 +329,5 @@ add_rms_norm_bf16(__nv_bfloat16* __restrict__ r, const __nv_bfloat16* __restrict
                   const __nv_bfloat16* __restrict__ w, __nv_bfloat16* __restrict__ y, int n, float eps) {
     __shared__ float part[STEP_THREADS / 32];
     const long long row = blockIdx.x;
-    __nv_bfloat16* rr = r + row * n;
-    const __nv_bfloat16* hr = h + row * n;
-    __nv_bfloat16* yr = y + row * n;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < n; i += STEP_THREADS) {
-        const __nv_bfloat16 sum = __float2bfloat16_rn(__bfloat162float(rr[i]) + __bfloat162float(hr[i]));
-        rr[i] = sum;
-        const float v = __bfloat162float(sum);
-        ss = fmaf(v, v, ss);
-    }
-    rms_norm_finish(ss, rr, w, yr, n, eps, part);
+    rms_norm_row<true>(r + row * n, h + row * n, w, y + row * n, n, eps, part);
 }

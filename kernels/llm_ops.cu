@@ -18,14 +18,8 @@ rms_norm_bf16(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restri
               __nv_bfloat16* __restrict__ y, int n, float eps) {
     __shared__ float part[OPS_THREADS / 32];
     const long long r = blockIdx.x;
-    const __nv_bfloat16* xr = x + r * n;
-    __nv_bfloat16* yr = y + r * n;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < n; i += OPS_THREADS) {
-        const float v = __bfloat162float(xr[i]);
-        ss = fmaf(v, v, ss);
-    }
-    rms_norm_finish(ss, xr, w, yr, n, eps, part);
+    // Not ADD: rms_norm_row only reads its first argument.
+    rms_norm_row<false>(const_cast<__nv_bfloat16*>(x + r * n), nullptr, w, y + r * n, n, eps, part);
 }
 
 // Block-wide reductions over OPS_THREADS threads in a fixed order (deterministic).
