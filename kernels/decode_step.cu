@@ -290,6 +290,7 @@ FLASH_DECODE(2, 8)
 extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
 flash_combine_bf16(const float* __restrict__ partial_o, const float* __restrict__ partial_ml, int splits,
                    int D, __nv_bfloat16* __restrict__ out) {
+    launch_dependents();
     constexpr int WARPS = COMBINE_THREADS / 32;
     __shared__ float sm_l[WARPS], sm_a[WARPS][32];
     const size_t bh = blockIdx.x;
@@ -327,6 +328,7 @@ flash_combine_bf16(const float* __restrict__ partial_o, const float* __restrict_
 extern "C" __global__ void __launch_bounds__(STEP_THREADS)
 add_rms_norm_bf16(__nv_bfloat16* __restrict__ r, const __nv_bfloat16* __restrict__ h,
                   const __nv_bfloat16* __restrict__ w, __nv_bfloat16* __restrict__ y, int n, float eps) {
+    launch_dependents();
     __shared__ float part[STEP_THREADS / 32];
     const long long row = blockIdx.x;
     rms_norm_row<true>(r + row * n, h + row * n, w, y + row * n, n, eps, part);

@@ -5,6 +5,17 @@
 
 #define NORM_THREADS 256
 
+// PROGRAMMATIC DEPENDENT LAUNCH (sm_90+): lets a kernel launched next on the stream with the PDL attribute (the
+// streaming tensor-core products, crates/df11-candle/src/cuda/pdl.rs) start now: its CTAs run their prologue (table
+// copy, first weight stages: nothing this kernel writes) and then wait in griddepcontrol.wait until this grid has
+// completed and its writes are visible. Called first by the kernels that feed a product (norms, the attention's
+// combine, the activation). Without such a dependent launch it does nothing; below sm_90 it is not compiled.
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // The block-wide sum of one float per thread of a NORM_THREADS block, in a fixed order (warp shuffles, then the
 // warps' sums in warp order). `part` is NORM_THREADS / 32 floats of shared memory.
 __device__ __forceinline__ float norm_block_sum(float ss, float* part) {

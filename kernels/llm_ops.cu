@@ -16,6 +16,7 @@
 extern "C" __global__ void __launch_bounds__(OPS_THREADS)
 rms_norm_bf16(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
               __nv_bfloat16* __restrict__ y, int n, float eps) {
+    launch_dependents();
     __shared__ float part[OPS_THREADS / 32];
     const long long r = blockIdx.x;
     // Not ADD: rms_norm_row only reads its first argument.
@@ -81,6 +82,7 @@ __device__ __forceinline__ __nv_bfloat16 ops_silu_mul(__nv_bfloat16 g, __nv_bflo
 extern "C" __global__ void __launch_bounds__(OPS_THREADS)
 silu_mul_bf16(const __nv_bfloat16* __restrict__ g, const __nv_bfloat16* __restrict__ u,
               __nv_bfloat16* __restrict__ y, long long n) {
+    launch_dependents();
     for (long long i = (long long)blockIdx.x * OPS_THREADS + threadIdx.x; i < n;
          i += (long long)gridDim.x * OPS_THREADS) {
         y[i] = ops_silu_mul(g[i], u[i]);
@@ -92,6 +94,7 @@ silu_mul_bf16(const __nv_bfloat16* __restrict__ g, const __nv_bfloat16* __restri
 extern "C" __global__ void __launch_bounds__(OPS_THREADS)
 silu_mul_halves_bf16(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ y, long long rows,
                      long long inter) {
+    launch_dependents();
     const long long n = rows * inter;
     for (long long i = (long long)blockIdx.x * OPS_THREADS + threadIdx.x; i < n;
          i += (long long)gridDim.x * OPS_THREADS) {

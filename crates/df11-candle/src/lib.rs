@@ -120,6 +120,8 @@ pub use cuda::matmul::{
 pub use cuda::packed::{exponent_form, set_exponent_form, ExponentForm, PackedExponents};
 pub use cuda::segments::SegmentIndex;
 #[cfg(feature = "cuda")]
+pub use cuda::set_pdl;
+#[cfg(feature = "cuda")]
 pub use cuda::tc::set_tc_stream;
 pub use cuda::tile_order::{
     set_tile_members, set_tile_policy, tile_members_enabled, tile_policy, TileMembers, TileOrder,

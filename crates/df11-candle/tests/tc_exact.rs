@@ -346,3 +346,68 @@ fn stacked_members_agree_with_the_dense_stack_and_the_members() {
     }
     g.check_status().unwrap();
 }
+
+/// Programmatic dependent launches (`DF11_PDL`, sm_90 and newer: a streaming product's CTAs start
+/// their prologue while the kernel before it runs, and wait for it before reading x): a chain
+/// norm -> product -> product gives the same bits with and without, DF11 and twin, and the
+/// reference's values. The norm writes the product's x immediately before it, so a product that
+/// read x before the norm had finished would show here.
+#[cfg(feature = "cuda")]
+#[test]
+fn programmatic_dependent_launches_give_the_same_bits() {
+    set_matmul_path(MatmulPath::Fused);
+    df11_candle::set_tile_members(true);
+    let device = common::device();
+    let Device::Cuda(cuda) = &device else {
+        panic!("the cuda feature is on but the test device is not CUDA");
+    };
+    // The PDL launch needs cudarc's event tracking off (df11-llm turns it off for its devices).
+    // SAFETY: this test's device runs everything on its one stream.
+    unsafe { cuda.disable_event_tracking() };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
+    let cols = 4096;
+    let shapes = [(1024, cols), (2048, cols)];
+    let (w, g) =
+        common::products::unit_of_shaped(&shapes, rng.gen(), &device, ExponentForm::Packed, true);
+    let first = Df11Linear::new(g.clone(), 0, 1024, cols, None, DType::BF16).unwrap();
+    let second = Df11Linear::new(g.clone(), 1, 2048, cols, None, DType::BF16).unwrap();
+    let first_twin = first.clone().decoded().unwrap();
+    let norm_w: Vec<bf16> = (0..cols)
+        .map(|_| bf16::from_f32(rng.gen_range(0.5f32..1.5)))
+        .collect();
+    let norm_w = Tensor::from_vec(norm_w, cols, &device).unwrap();
+    for batch in [1, 4, 8, 16, 32] {
+        let (_, x) = random_x(&mut rng, batch * 4, cols / 4, &device);
+        let x = x.reshape((batch, cols)).unwrap();
+        let mut outs = Vec::new();
+        for pdl in [true, false, true] {
+            df11_candle::set_pdl(pdl);
+            for _ in 0..3 {
+                let xn = df11_candle::cuda::llm_ops::rms_norm_bf16(&x, &norm_w, 1e-6).unwrap();
+                let y = first.forward(&xn).unwrap();
+                let y_twin = first_twin.forward(&xn).unwrap();
+                // The product after a product (no early trigger: the implicit one at completion).
+                let z = second.forward(&xn).unwrap();
+                outs.push((bits(&y), bits(&y_twin), bits(&z), xn));
+            }
+        }
+        df11_candle::set_pdl(true);
+        let what = format!("batch {batch}");
+        let (y0, _, z0, xn0) = &outs[0];
+        for (k, (y, y_twin, z, xn)) in outs.iter().enumerate() {
+            assert!(bits(xn) == bits(xn0), "{what}: run {k}: the norm differs");
+            assert!(
+                y == y0,
+                "{what}: run {k}: DF11 differs from the first run (PDL on)"
+            );
+            assert!(y_twin == y0, "{what}: run {k}: the twin differs from DF11");
+            assert!(z == z0, "{what}: run {k}: the second product differs");
+        }
+        let xh: Vec<bf16> = xn0.flatten_all().unwrap().to_vec1().unwrap();
+        let y = first.forward(xn0).unwrap();
+        check_against_reference(&y, &xh, &w[..1024 * cols], 1024, cols, &what);
+        let z = second.forward(xn0).unwrap();
+        check_against_reference(&z, &xh, &w[1024 * cols..], 2048, cols, &what);
+    }
+    g.check_status().unwrap();
+}

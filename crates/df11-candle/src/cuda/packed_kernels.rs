@@ -19,6 +19,7 @@ use crate::cuda::launch::{
     push_args, CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE, PTX,
 };
 use crate::cuda::packed::PackedExponents;
+use crate::cuda::pdl::RawArgs;
 use crate::cuda::tile_order::TileOrder;
 use crate::cuda::upload::{HostArray, Uploader};
 
@@ -287,6 +288,16 @@ impl PackedBuffers {
     pub(crate) fn push_packed<'b>(&'b self, b: &mut LaunchArgs<'b>) {
         push_args!(b; &self.codes, &self.chunk_escapes, &self.lane_starts, &self.n_chunks);
         push_args!(b; &self.escapes, &self.n_escapes);
+    }
+
+    /// [`Self::push_packed`] for a programmatic dependent launch (`pdl`).
+    pub(crate) fn push_packed_raw<'b>(&'b self, a: &mut RawArgs<'b>) {
+        a.buffer(&self.codes)
+            .buffer(&self.chunk_escapes)
+            .buffer(&self.lane_starts);
+        a.scalar(&self.n_chunks)
+            .buffer(&self.escapes)
+            .scalar(&self.n_escapes);
     }
 }
 

@@ -17,6 +17,7 @@ use crate::cuda::launch::{
 };
 use crate::cuda::matmul::{tc_shape, TC_LIMIT_ROWS};
 use crate::cuda::packed_kernels::PackedBuffers;
+use crate::cuda::pdl::{self, RawArgs};
 use crate::cuda::setting::Setting;
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_tc.ptx"));
@@ -441,6 +442,33 @@ impl CudaOp2 for PackedTcOp<'_> {
         let (groups, steps) = (tiling.tile_groups as i32, tiling.steps as i32);
         let tiled_ = tiled as i32;
         let [[t0, t1], [t0b, t1b], [t0c, t1c]] = tables;
+        let nslots = plan.map_or(0, |p| p.nslots);
+        if plan.is_some() && pdl::available(&dev)? {
+            let stream = dev.cuda_stream();
+            let mut a = RawArgs::new(&stream);
+            u.push_packed_raw(&mut a);
+            a.scalar(&t0)
+                .scalar(&t1)
+                .scalar(&t0b)
+                .scalar(&t1b)
+                .scalar(&t0c)
+                .scalar(&t1c);
+            a.scalar(&g1)
+                .scalar(&g2)
+                .buffer(sm)
+                .buffer(&xv)
+                .buffer(&out);
+            a.scalar(&nb_).scalar(&rows_).scalar(&cols_).scalar(&base_);
+            a.scalar(&groups).scalar(&steps).scalar(&nslots);
+            // SAFETY: the arguments of the launch below, in the kernel's order (TS_PACKED_ARGS);
+            // the streaming kernel reads only the weights before its griddepcontrol.wait.
+            unsafe { pdl::launch(&func, cfg, &mut a) }?;
+            drop(a);
+            return Ok((
+                CudaStorage::wrap_cuda_slice(out, dev),
+                Shape::from((nb, rows)),
+            ));
+        }
         let mut b = func.builder();
         u.push_packed(&mut b);
         push_args!(b; &t0, &t1);
@@ -449,7 +477,6 @@ impl CudaOp2 for PackedTcOp<'_> {
         }
         push_args!(b; sm);
         push_args!(b; &xv, &out, &nb_, &rows_, &cols_, &base_, &groups, &steps);
-        let nslots = plan.map_or(0, |p| p.nslots);
         if plan.is_some() {
             push_args!(b; &nslots);
         } else {
@@ -508,9 +535,30 @@ impl CudaOp2 for TwinTcOp {
         let func = dev.get_or_load_custom_func(name, module, ptx)?;
         let (nb_, rows_, cols_) = (nb as i32, rows as i32, cols as i32);
         let (groups, steps) = (tiling.tile_groups as i32, tiling.steps as i32);
+        let nslots = plan.map_or(0, |p| p.nslots);
+        if plan.is_some() && pdl::available(&dev)? {
+            let stream = dev.cuda_stream();
+            let mut a = RawArgs::new(&stream);
+            a.buffer(&wv)
+                .buffer(&xv)
+                .buffer(&out)
+                .scalar(&nb_)
+                .scalar(&rows_);
+            a.scalar(&cols_)
+                .scalar(&groups)
+                .scalar(&steps)
+                .scalar(&nslots);
+            // SAFETY: the arguments of the launch below, in the kernel's order (TS_TWIN_ARGS);
+            // the streaming kernel reads only the weights before its griddepcontrol.wait.
+            unsafe { pdl::launch(&func, cfg, &mut a) }?;
+            drop(a);
+            return Ok((
+                CudaStorage::wrap_cuda_slice(out, dev),
+                Shape::from((nb, rows)),
+            ));
+        }
         let mut b = func.builder();
         push_args!(b; &wv, &xv, &out, &nb_, &rows_, &cols_, &groups, &steps);
-        let nslots = plan.map_or(0, |p| p.nslots);
         if plan.is_some() {
             push_args!(b; &nslots);
         }
