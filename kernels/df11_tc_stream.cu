@@ -124,8 +124,9 @@ __device__ __forceinline__ unsigned long long ts_fetch8(const FgPacked& pk, uint
 
 // One pass's two mma per m-tile. LOW (8 rows of x or fewer): x was loaded into xr before the sub-step's stage was
 // awaited (its latency then overlaps the wait: 0.163 -> 0.157 ms a Qwen3-8B layer at 1 row, 0.201 -> 0.189 at 8,
-// H100, docs/PERFORMANCE.md); the same operands as tc_step's, so the same sums. Above 8 rows the 16-row m-tiles
-// would need 64 more registers: tc_step loads x pass by pass.
+// H100, docs/PERFORMANCE.md); the products of tc_step's, Q's in the m-tile's rows g + 8 instead of g (an mma computes
+// every row alike: tc_exact checks LOW against df11_tc.cu bit for bit), so the same sums. Above 8 rows the 16-row
+// m-tiles would need 64 more registers: tc_step loads x pass by pass.
 template <int MT, bool LOW>
 __device__ __forceinline__ void ts_mul(const uint32_t (&w)[4], const TcX<MT>& xs, const uint4 (&xr)[8], int i,
                                        TcAcc<MT>& acc) {
