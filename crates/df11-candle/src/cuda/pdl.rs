@@ -1,4 +1,7 @@
-//! Programmatic dependent launch (PDL, sm_90 and newer) for the streaming tensor-core products.
+//! Programmatic dependent launch (PDL, sm_90 and newer) for the streaming DF11 tensor-core
+//! products (not their BF16 twin, whose weights may be written by the kernel just before it:
+//! a member decoded for the twin; the packed DF11 buffers are written only at load, which ends
+//! with a synchronize).
 //!
 //! Why: a decode step is a chain of short kernels, and each product starts with a prologue that
 //! reads only its weights (the DF11 kernel's 32 KB escape table per CTA, the first weight stages
@@ -25,12 +28,12 @@ use candle_core::CudaDevice;
 
 use crate::cuda::setting::Setting;
 
-/// `DF11_PDL` (`on`, the default, or `off`): whether the streaming products use programmatic
-/// dependent launches where they can.
+/// `DF11_PDL` (`on`, the default, or `off`): whether the streaming DF11 products use
+/// programmatic dependent launches where they can.
 static PDL: Setting<bool> =
     Setting::new("DF11_PDL", "PDL setting", &[("on", true), ("off", false)]);
 
-/// Turns programmatic dependent launches of the streaming products on or off (overrides
+/// Turns programmatic dependent launches of the streaming DF11 products on or off (overrides
 /// `DF11_PDL`; outputs are the same bits either way).
 pub fn set_pdl(on: bool) {
     PDL.set(on);

@@ -535,28 +535,10 @@ impl CudaOp2 for TwinTcOp {
         let func = dev.get_or_load_custom_func(name, module, ptx)?;
         let (nb_, rows_, cols_) = (nb as i32, rows as i32, cols as i32);
         let (groups, steps) = (tiling.tile_groups as i32, tiling.steps as i32);
+        // Not a programmatic dependent launch (cuda/pdl.rs): the twin's weights may come from
+        // the kernel just before it (a member decoded for the twin, `Df11Group`), and the
+        // streaming kernel reads them in its prologue, before griddepcontrol.wait.
         let nslots = plan.map_or(0, |p| p.nslots);
-        if plan.is_some() && pdl::available(&dev)? {
-            let stream = dev.cuda_stream();
-            let mut a = RawArgs::new(&stream);
-            a.buffer(&wv)
-                .buffer(&xv)
-                .buffer(&out)
-                .scalar(&nb_)
-                .scalar(&rows_);
-            a.scalar(&cols_)
-                .scalar(&groups)
-                .scalar(&steps)
-                .scalar(&nslots);
-            // SAFETY: the arguments of the launch below, in the kernel's order (TS_TWIN_ARGS);
-            // the streaming kernel reads only the weights before its griddepcontrol.wait.
-            unsafe { pdl::launch(&func, cfg, &mut a) }?;
-            drop(a);
-            return Ok((
-                CudaStorage::wrap_cuda_slice(out, dev),
-                Shape::from((nb, rows)),
-            ));
-        }
         let mut b = func.builder();
         push_args!(b; &wv, &xv, &out, &nb_, &rows_, &cols_, &groups, &steps);
         if plan.is_some() {
