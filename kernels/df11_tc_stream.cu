@@ -367,8 +367,9 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
     }
     ts_wait_group_le<TS_DEPTH - 1>();                           // the table's group
     // PDL (llm_common.cuh's launch_dependents; the host launches the DF11 kernels with the attribute on sm_90+,
-    // crates/df11-candle/src/cuda/pdl.rs; never the twin, whose weights may be fresh): everything above reads only the weights; x is read and y and the partial
-    // sums written only after the kernel before this one has completed. Without the attribute this returns at once.
+    // crates/df11-candle/src/cuda/pdl.rs; never the twin, whose weights may be fresh): everything above reads only the
+    // weights; x is read and y and the partial sums written only after the kernel before this one has completed.
+    // Without the attribute this returns at once.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif

@@ -348,10 +348,10 @@ fn stacked_members_agree_with_the_dense_stack_and_the_members() {
 }
 
 /// Programmatic dependent launches (`DF11_PDL`, sm_90 and newer: a streaming product's CTAs start
-/// their prologue while the kernel before it runs, and wait for it before reading x): a chain
-/// norm -> product -> product gives the same bits with and without, the same as the twin (never
-/// launched with PDL), and the reference's values. The norm writes the product's x immediately before it, so a product that
-/// read x before the norm had finished would show here.
+/// their prologue while the kernel before it runs, and wait for it before reading x): a chain norm
+/// -> product -> product gives the same bits with and without, the same as the twin (never launched
+/// with PDL), and the reference's values. The norm writes the product's x immediately before it, so
+/// a product that read x before the norm had finished would show here.
 #[cfg(feature = "cuda")]
 #[test]
 fn programmatic_dependent_launches_give_the_same_bits() {

@@ -460,38 +460,35 @@ impl CudaOp2 for PackedTcOp<'_> {
                 .buffer(&out);
             a.scalar(&nb_).scalar(&rows_).scalar(&cols_).scalar(&base_);
             a.scalar(&groups).scalar(&steps).scalar(&nslots);
-            // SAFETY: the arguments of the launch below, in the kernel's order (TS_PACKED_ARGS);
-            // the streaming kernel reads only the weights before its griddepcontrol.wait.
+            // SAFETY: the streaming kernel's arguments in its order (TS_PACKED_ARGS), the same
+            // as the other branch's (whose SAFETY note holds here); the kernel reads only the
+            // weights before its griddepcontrol.wait.
             unsafe { pdl::launch(&func, cfg, &mut a) }?;
-            drop(a);
-            return Ok((
-                CudaStorage::wrap_cuda_slice(out, dev),
-                Shape::from((nb, rows)),
-            ));
-        }
-        let mut b = func.builder();
-        u.push_packed(&mut b);
-        push_args!(b; &t0, &t1);
-        if plan.is_some() {
-            push_args!(b; &t0b, &t1b, &t0c, &t1c, &g1, &g2);
-        }
-        push_args!(b; sm);
-        push_args!(b; &xv, &out, &nb_, &rows_, &cols_, &base_, &groups, &steps);
-        if plan.is_some() {
-            push_args!(b; &nslots);
         } else {
-            push_args!(b; &tiled_);
+            let mut b = func.builder();
+            u.push_packed(&mut b);
+            push_args!(b; &t0, &t1);
+            if plan.is_some() {
+                push_args!(b; &t0b, &t1b, &t0c, &t1c, &g1, &g2);
+            }
+            push_args!(b; sm);
+            push_args!(b; &xv, &out, &nb_, &rows_, &cols_, &base_, &groups, &steps);
+            if plan.is_some() {
+                push_args!(b; &nslots);
+            } else {
+                push_args!(b; &tiled_);
+            }
+            // SAFETY: the matrix lies inside one member of the unit (table_of), in row order or the
+            // whole member in the tile order (matrix_order: rows % 8 == 0 there), or is whole
+            // consecutive tiled members (stacked_members, streaming only); base and cols are
+            // multiples of 256, x holds nb rows of cols; the packed buffers cover the unit and
+            // escape reads are clamped in the kernel. Streaming: every sub-step is a whole chunk of
+            // the unit (tiled, base and cols multiples of 2048), whose codes, sign_mantissa, lane
+            // starts and escapes (from the validated chunk_escapes, copies clamped to the buffer)
+            // lie in the buffers; each buffer is a whole allocation (CudaSlice), so its 16-byte
+            // copies are aligned.
+            unsafe { b.launch(cfg) }.w()?;
         }
-        // SAFETY: the matrix lies inside one member of the unit (table_of), in row order or the
-        // whole member in the tile order (matrix_order: rows % 8 == 0 there), or is whole
-        // consecutive tiled members (stacked_members, streaming only); base and cols are
-        // multiples of 256, x holds nb rows of cols; the packed buffers cover the unit and escape
-        // reads are clamped in the kernel. Streaming: every sub-step is a whole chunk of the unit
-        // (tiled, base and cols multiples of 2048), whose codes, sign_mantissa, lane starts and
-        // escapes (from the validated chunk_escapes, copies clamped to the buffer) lie in the
-        // buffers; each buffer is a whole allocation (CudaSlice), so its 16-byte copies are
-        // aligned.
-        unsafe { b.launch(cfg) }.w()?;
         Ok((
             CudaStorage::wrap_cuda_slice(out, dev),
             Shape::from((nb, rows)),
