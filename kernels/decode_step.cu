@@ -51,6 +51,7 @@ qk_norm_rope_kv_bf16(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* _
                      __nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ kv,
                      int H, int KV, int D, int slots_n, int cap) {
     extern __shared__ float row[];
+    pdl_begin();
     const int b = blockIdx.x;
     const int head = blockIdx.y;
     const int lane = threadIdx.x;
@@ -145,6 +146,8 @@ __device__ void flash_decode(const __nv_bfloat16* __restrict__ q, const __nv_bfl
                              float* __restrict__ partial_ml) {
     constexpr int MAXW = FD_THREADS;                 // shared scratch sized for the worst case
     __shared__ float sm_ml[MAXW][GT][2];
+    __shared__ float sm_f[MAXW][GT];                 // the key groups' merge factors
+    __shared__ float sm_mm[GT];
     extern __shared__ float sm_acc[];                // [KPI][GT][D]
     const int splits = gridDim.y;
     const int split = blockIdx.y;
@@ -203,6 +206,8 @@ __device__ void flash_decode(const __nv_bfloat16* __restrict__ q, const __nv_bfl
             load_vec<VEC, GT>(kbase + (size_t)j * D + d0, active && has[u], kr[u]);
             load_vec<VEC, GT>(vbase + (size_t)j * D + d0, active && has[u], vr[u]);
         }
+        // The two keys' scores, then one online-softmax update per head for both (3 exponentials, not 4).
+        float sc[2][GT];
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
 #pragma unroll
@@ -212,17 +217,22 @@ __device__ void flash_decode(const __nv_bfloat16* __restrict__ q, const __nv_bfl
                 for (int e = 0; e < VEC; ++e) dot = fmaf(qr[g][e], kr[u][e], dot);
                 // Every thread of the warp runs this (tpk is uniform); xor offsets < tpk stay in the group.
                 for (int off = tpk >> 1; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-                if (!has[u] || g >= gn) continue;
                 float s = bf16r(bf16r(dot) * scale);
                 if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
-                const float m_new = fmaxf(m[g], s);
-                const float corr = expf(m[g] - m_new);
-                const float p = expf(s - m_new);
-                l[g] = l[g] * corr + p;
-#pragma unroll
-                for (int e = 0; e < VEC; ++e) acc[g][e] = fmaf(p, vr[u][e], acc[g][e] * corr);
-                m[g] = m_new;
+                sc[u][g] = has[u] ? s : -INFINITY;
             }
+        }
+#pragma unroll
+        for (int g = 0; g < GT; ++g) {
+            const float m_new = fmaxf(m[g], fmaxf(sc[0][g], sc[1][g]));
+            if (g >= gn || m_new == -INFINITY) continue;           // no key yet (or a padding head)
+            const float corr = expf(m[g] - m_new);
+            const float p0 = has[0] ? expf(sc[0][g] - m_new) : 0.0f;
+            const float p1 = has[1] ? expf(sc[1][g] - m_new) : 0.0f;
+            l[g] = l[g] * corr + p0 + p1;
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) acc[g][e] = fmaf(p1, vr[1][e], fmaf(p0, vr[0][e], acc[g][e] * corr));
+            m[g] = m_new;
         }
     }
     // Merge the key groups of this CTA in group order, then write the split's partial result.
@@ -240,25 +250,29 @@ __device__ void flash_decode(const __nv_bfloat16* __restrict__ q, const __nv_bfl
             for (int e = 0; e < VEC; ++e)
                 if (d0 + e < D) sm_acc[((size_t)kg * GT + g) * D + d0 + e] = acc[g][e];
     }
+    // Each head's maximum over the key groups and each group's factor e^(m_k - M) (0 where the head saw no key),
+    // once per CTA; then every output sums its groups' values in group order.
+    __syncthreads();
+    for (int i = threadIdx.x; i < gn * kpi; i += FD_THREADS) {
+        const int g = i / kpi, k = i - g * kpi;
+        float mm = -INFINITY;
+        for (int j = 0; j < kpi; ++j) mm = fmaxf(mm, sm_ml[j][g][0]);
+        sm_f[k][g] = mm == -INFINITY ? 0.0f : expf(sm_ml[k][g][0] - mm);
+        if (k == 0) sm_mm[g] = mm;
+    }
     __syncthreads();
     for (int idx = threadIdx.x; idx < gn * D; idx += FD_THREADS) {
         const int g = idx / D;
         const int d = idx - g * D;
-        float mm = -INFINITY;
-        for (int k = 0; k < kpi; ++k) mm = fmaxf(mm, sm_ml[k][g][0]);
-        float ll = 0.0f, aa = 0.0f;
-        if (mm != -INFINITY) {
-            for (int k = 0; k < kpi; ++k) {
-                const float f = expf(sm_ml[k][g][0] - mm);
-                ll = fmaf(sm_ml[k][g][1], f, ll);
-                aa = fmaf(sm_acc[((size_t)k * GT + g) * D + d], f, aa);
-            }
-        }
+        float aa = 0.0f;
+        for (int k = 0; k < kpi; ++k) aa = fmaf(sm_acc[((size_t)k * GT + g) * D + d], sm_f[k][g], aa);
         const int h = kvh * G + g0 + g;
         const size_t p = ((size_t)b * H + h) * splits + split;
         partial_o[p * D + d] = aa;
         if (d == 0) {
-            partial_ml[2 * p] = mm;
+            float ll = 0.0f;
+            for (int k = 0; k < kpi; ++k) ll = fmaf(sm_ml[k][g][1], sm_f[k][g], ll);
+            partial_ml[2 * p] = sm_mm[g];
             partial_ml[2 * p + 1] = ll;
         }
     }
@@ -270,6 +284,7 @@ __device__ void flash_decode(const __nv_bfloat16* __restrict__ q, const __nv_bfl
         const uint32_t* __restrict__ positions, const uint32_t* __restrict__ slots, int H, int KV, int D,  \
         int slots_n, int cap, int gchunks, float scale, float softcap, int window,                          \
         float* __restrict__ partial_o, float* __restrict__ partial_ml) {                                   \
+        pdl_begin();                                                                                        \
         flash_decode<VEC, GT>(q, kv, positions, slots, H, KV, D, slots_n, cap, gchunks, scale, softcap,    \
                               window, partial_o, partial_ml);                                               \
     }
@@ -290,7 +305,7 @@ FLASH_DECODE(2, 8)
 extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
 flash_combine_bf16(const float* __restrict__ partial_o, const float* __restrict__ partial_ml, int splits,
                    int D, __nv_bfloat16* __restrict__ out) {
-    launch_dependents();
+    pdl_begin();
     constexpr int WARPS = COMBINE_THREADS / 32;
     __shared__ float sm_l[WARPS], sm_a[WARPS][32];
     const size_t bh = blockIdx.x;
@@ -328,7 +343,7 @@ flash_combine_bf16(const float* __restrict__ partial_o, const float* __restrict_
 extern "C" __global__ void __launch_bounds__(STEP_THREADS)
 add_rms_norm_bf16(__nv_bfloat16* __restrict__ r, const __nv_bfloat16* __restrict__ h,
                   const __nv_bfloat16* __restrict__ w, __nv_bfloat16* __restrict__ y, int n, float eps) {
-    launch_dependents();
+    pdl_begin();
     __shared__ float part[STEP_THREADS / 32];
     const long long row = blockIdx.x;
     rms_norm_row<true>(r + row * n, h + row * n, w, y + row * n, n, eps, part);

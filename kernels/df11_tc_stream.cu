@@ -30,6 +30,7 @@
 #include <cuda_bf16.h>
 #include "df11_packed.cuh"
 #include "df11_tc.cuh"
+#include "llm_common.cuh"
 
 // Stages per warp: TS_DEPTH - 1 sub-steps in flight (another value only by -D for measurements, with
 // DF11_TC_STREAM_DEPTH: crates/df11-candle/src/cuda/tc.rs).
@@ -229,6 +230,11 @@ template <int MT, bool LOW, bool TWIN>
 __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& tabs, const uint8_t* sign_mantissa,
                                           const uint16_t* wd, const __nv_bfloat16* x, __nv_bfloat16* y, int nb,
                                           int rows, int cols, long long base, int tile_groups, int steps, int nslots) {
+    // PDL (llm_common.cuh): the kernel after this one may start its CTAs now; they wait for this grid to complete.
+    launch_dependents();
+    // The twin's weights may be written by the kernel just before it (a member decoded for it): were it launched with
+    // PDL (the host does not), it would wait for that kernel before its prologue reads them.
+    if (TWIN) grid_dependency_wait();
     extern __shared__ __align__(16) uint8_t ts_smem[];
     constexpr int stage_bytes = TWIN ? TS_TWIN_STAGE : TS_STAGE;
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -366,13 +372,11 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
         advance(ahead);
     }
     ts_wait_group_le<TS_DEPTH - 1>();                           // the table's group
-    // PDL (llm_common.cuh's launch_dependents; the host launches the DF11 kernels with the attribute on sm_90+,
-    // crates/df11-candle/src/cuda/pdl.rs; never the twin, whose weights may be fresh): everything above reads only the
-    // weights; x is read and y and the partial sums written only after the kernel before this one has completed.
-    // Without the attribute this returns at once.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+    // PDL (llm_common.cuh; the host launches these kernels with the attribute on sm_90+,
+    // crates/df11-candle/src/cuda/pdl.rs): everything above reads only the weights (the DF11 kernels' packed buffers,
+    // written at load); x is read and y and the partial sums written only after the kernel before this one has
+    // completed. Without the attribute this returns at once.
+    grid_dependency_wait();
     __syncthreads();
 
     // PARTIAL SUMS. Tile iteration n's items write their sums into slot n % nslots; the tile's REDUCER (warp n % part)

@@ -5,15 +5,26 @@
 
 #define NORM_THREADS 256
 
-// PROGRAMMATIC DEPENDENT LAUNCH (sm_90+): lets a kernel launched next on the stream with the PDL attribute (the
-// streaming tensor-core products, crates/df11-candle/src/cuda/pdl.rs) start now: its CTAs run their prologue (table
-// copy, first weight stages: nothing this kernel writes) and then wait in griddepcontrol.wait until this grid has
-// completed and its writes are visible. Called first by the kernels that feed a product (norms, the attention's
-// combine, the activation). Without such a dependent launch it does nothing; below sm_90 it is not compiled.
+// PROGRAMMATIC DEPENDENT LAUNCH (sm_90+; host: crates/df11-candle/src/cuda/pdl.rs). The decode step's kernels are
+// launched with the PDL attribute where the host can: a kernel's CTAs may then start while the kernel before it still
+// runs, once every CTA of that one has called launch_dependents (all of them do so first). grid_dependency_wait()
+// returns when the kernel before has completed and its writes are visible: each kernel calls it before it reads or
+// writes anything another kernel writes (a product may first read its weights: df11_tc_stream.cu). Without the
+// attribute both do nothing; below sm_90 they are not compiled (and the host does not launch with the attribute).
 __device__ __forceinline__ void launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// Both, as the small kernels begin.
+__device__ __forceinline__ void pdl_begin() {
+    launch_dependents();
+    grid_dependency_wait();
 }
 
 // The block-wide sum of one float per thread of a NORM_THREADS block, in a fixed order (warp shuffles, then the

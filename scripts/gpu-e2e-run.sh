@@ -84,8 +84,10 @@ if [ -z "${E2E_OFFICIAL_ONLY:-}" ]; then
   [ -n "${E2E_ROW_ORDER:-}" ] && pair DF11_TILE=off row-order
   # E2E_NO_STACK=1: q/k/v and gate/up loaded one by one (DF11_STACK=off).
   [ -n "${E2E_NO_STACK:-}" ] && pair DF11_STACK=off no-stack
-  # E2E_NO_STREAM=1: the streaming kernels off (DF11_TC_STREAM=off).
+  # E2E_NO_STREAM=1: the streaming kernels off (DF11_TC_STREAM=off); E2E_NO_PDL=1: programmatic
+  # dependent launches off (DF11_PDL=off).
   [ -n "${E2E_NO_STREAM:-}" ] && pair DF11_TC_STREAM=off no-stream
+  [ -n "${E2E_NO_PDL:-}" ] && pair DF11_PDL=off no-pdl
   # E2E_STEPS2=1: batch 8 with two sub-steps per item (DF11_TC_STEPS=2, the split before session
   # 12; the default takes four at 3-16 rows on tiled widths), DF11 and BF16.
   if [ -n "${E2E_STEPS2:-}" ]; then

@@ -189,6 +189,9 @@ if [ -z "${ONLY_SANITIZE:-}" ]; then
     variant_run tile-all DF11_TILE=all "model@models/$m-df11" "df11_logits_equal_bf16 decode_paths_agree split_layers"
   done
   variant_run tile-all DF11_TILE=all modules_exact
+  # Programmatic dependent launches off (DF11_PDL=off; on by default where the device has them):
+  # every kernel of the step launched the ordinary way, DF11 == BF16 and graph == no graph.
+  variant_run no-pdl DF11_PDL=off model@models/qwen3-df11 "df11_logits_equal_bf16 decode_paths_agree"
   # Projections loaded one by one (DF11_STACK=off; q/k/v and gate/up are stacked by default).
   variant_run no-stack DF11_STACK=off model@models/qwen3-df11 "df11_logits_equal_bf16 decode_paths_agree split_layers"
 fi

@@ -20,6 +20,8 @@ fn main() {
         .ok()
         .map(|c| c.replace('.', "").trim_end_matches('a').to_string())
         .unwrap_or_else(|| "80".into());
+    // The PTX target, for the host (`cuda/pdl.rs`: `griddepcontrol` exists only from compute 9.0).
+    println!("cargo:rustc-env=DF11_PTX_COMPUTE_CAP={cap}");
     let nvcc = std::env::var("NVCC").unwrap_or_else(|_| {
         std::env::var("CUDA_HOME")
             .map(|h| format!("{h}/bin/nvcc"))

@@ -347,11 +347,13 @@ fn stacked_members_agree_with_the_dense_stack_and_the_members() {
     g.check_status().unwrap();
 }
 
-/// Programmatic dependent launches (`DF11_PDL`, sm_90 and newer: a streaming product's CTAs start
-/// their prologue while the kernel before it runs, and wait for it before reading x): a chain norm
-/// -> product -> product gives the same bits with and without, the same as the twin (never launched
-/// with PDL), and the reference's values. The norm writes the product's x immediately before it, so
-/// a product that read x before the norm had finished would show here.
+/// Programmatic dependent launches (`DF11_PDL`, sm_90 and newer: a kernel's CTAs start while the
+/// kernel before it runs, once that one has triggered; a DF11 product may read its weights first,
+/// then waits for the kernel before): a chain norm -> products -> activation gives the same bits
+/// with and without, the DF11 product the same as its twins (over the decoded weight and as a
+/// dense layer: ordinary launches after PDL ones), and the reference's values. The norm writes
+/// the products' x just before them and the activation reads two products' outputs, so a kernel
+/// that read its input before the kernel before had finished would show here.
 #[cfg(feature = "cuda")]
 #[test]
 fn programmatic_dependent_launches_give_the_same_bits() {
@@ -372,6 +374,12 @@ fn programmatic_dependent_launches_give_the_same_bits() {
     let first = Df11Linear::new(g.clone(), 0, 1024, cols, None, DType::BF16).unwrap();
     let second = Df11Linear::new(g.clone(), 1, 2048, cols, None, DType::BF16).unwrap();
     let first_twin = first.clone().decoded().unwrap();
+    // A dense layer over the same weight (a BF16 model's layer).
+    let dense = df11_candle::weights::Linear::Dense(candle_nn::Linear::new(
+        first_twin.weight().unwrap().copy().unwrap(),
+        None,
+    ));
+    device.synchronize().unwrap();
     let norm_w: Vec<bf16> = (0..cols)
         .map(|_| bf16::from_f32(rng.gen_range(0.5f32..1.5)))
         .collect();
@@ -386,22 +394,37 @@ fn programmatic_dependent_launches_give_the_same_bits() {
                 let xn = df11_candle::cuda::llm_ops::rms_norm_bf16(&x, &norm_w, 1e-6).unwrap();
                 let y = first.forward(&xn).unwrap();
                 let y_twin = first_twin.forward(&xn).unwrap();
-                // The product after a product (no early trigger: the implicit one at completion).
+                let y_dense = dense.forward(&xn).unwrap();
+                // A product after a product, then a small kernel after it reading two products'
+                // outputs.
                 let z = second.forward(&xn).unwrap();
-                outs.push((bits(&y), bits(&y_twin), bits(&z), xn));
+                let a = df11_candle::cuda::llm_ops::silu_mul_bf16(&y_dense, &y).unwrap();
+                outs.push((
+                    bits(&y),
+                    bits(&y_twin),
+                    bits(&y_dense),
+                    bits(&z),
+                    bits(&a),
+                    xn,
+                ));
             }
         }
         df11_candle::set_pdl(true);
         let what = format!("batch {batch}");
-        let (y0, _, z0, xn0) = &outs[0];
-        for (k, (y, y_twin, z, xn)) in outs.iter().enumerate() {
+        let (y0, _, _, z0, a0, xn0) = &outs[0];
+        for (k, (y, y_twin, y_dense, z, a, xn)) in outs.iter().enumerate() {
             assert!(bits(xn) == bits(xn0), "{what}: run {k}: the norm differs");
             assert!(
                 y == y0,
                 "{what}: run {k}: DF11 differs from the first run (PDL on)"
             );
             assert!(y_twin == y0, "{what}: run {k}: the twin differs from DF11");
+            assert!(
+                y_dense == y0,
+                "{what}: run {k}: the dense twin differs from DF11"
+            );
             assert!(z == z0, "{what}: run {k}: the second product differs");
+            assert!(a == a0, "{what}: run {k}: the activation differs");
         }
         let xh: Vec<bf16> = xn0.flatten_all().unwrap().to_vec1().unwrap();
         let y = first.forward(xn0).unwrap();

@@ -81,12 +81,10 @@ pub fn random_ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
-/// Greedy next token of each sequence, from `[batch, vocab]` (or `[batch, 1, vocab]`) logits.
+/// Greedy next token of each sequence, from `[batch, vocab]` (or `[batch, 1, vocab]`) logits
+/// ([`crate::sampling::greedy_tokens`]).
 pub fn argmax(logits: &Tensor) -> Result<Vec<u32>> {
-    Ok(logits
-        .argmax(candle_core::D::Minus1)?
-        .flatten_all()?
-        .to_vec1::<u32>()?)
+    crate::sampling::greedy_tokens(logits)
 }
 
 /// Loads the model of architecture `A` from `opts.dir` and measures it.

@@ -65,7 +65,7 @@ pub use norm::RmsNorm;
 pub use placement::{parse_size, DeviceMap, LayerSplit, ModelSizes, Offload, Placement, Segment};
 pub use progress::LoadBar;
 pub use rope::{apply_rope, default_inv_freq, RopeScaling, RotaryEmbedding};
-pub use sampling::{Sampler, SamplingParams};
+pub use sampling::{greedy_tokens, Sampler, SamplingParams};
 pub use source::ModelSource;
 pub use spec::{Activation, DecoderSpec, LayerSpec, ModelSpec, NormKind, RopeSpec, WeightNames};
 pub use step::StepRows;

@@ -1,10 +1,57 @@
-//! Choosing the next token: candle-transformers' `LogitsProcessor` (greedy, temperature, top-k,
-//! top-p) after an optional repetition penalty over the last tokens.
+//! Choosing the next token: greedy ([`greedy_tokens`], on the device where it can) or
+//! candle-transformers' `LogitsProcessor` (temperature, top-k, top-p), after an optional
+//! repetition penalty over the last tokens.
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 use candle_transformers::generation::{LogitsProcessor, Sampling};
 
 use crate::error::Result;
+
+/// The greedy token of each row of `logits` (`[..., vocab]`, any float dtype): the index of the
+/// largest value, as `torch.argmax` picks it (NaN above every number, -0 equal to +0, the first
+/// index among equal values). On CUDA in BF16 or F32, one kernel on the device and a copy of
+/// the indices (`df11_candle::ops::argmax_last_dim`); elsewhere the same rule on the host.
+pub fn greedy_tokens(logits: &Tensor) -> Result<Vec<u32>> {
+    #[cfg(feature = "cuda")]
+    if logits.device().is_cuda() && matches!(logits.dtype(), DType::BF16 | DType::F32) {
+        return Ok(df11_candle::ops::argmax_last_dim(logits)?
+            .flatten_all()?
+            .to_vec1::<u32>()?);
+    }
+    let vocab = logits.dims().last().copied().unwrap_or(0);
+    if vocab == 0 {
+        return Err(candle_core::Error::Msg(format!(
+            "greedy token of logits {:?}: no vocabulary",
+            logits.dims()
+        ))
+        .into());
+    }
+    let values = logits
+        .to_dtype(DType::F32)?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+    Ok(values.chunks(vocab).map(first_max).collect())
+}
+
+/// The index of the largest of `row` under [`greedy_tokens`]' rule.
+fn first_max(row: &[f32]) -> u32 {
+    // An integer key ordered as the values, NaN on top, -0 == +0 (the kernel's argmax_key).
+    let key = |v: f32| -> i32 {
+        if v.is_nan() {
+            return i32::MAX;
+        }
+        let bits = if v == 0.0 { 0 } else { v.to_bits() as i32 };
+        bits ^ (((bits >> 31) as u32) >> 1) as i32
+    };
+    let mut best = (i32::MIN, 0u32);
+    for (i, &v) in row.iter().enumerate() {
+        let k = key(v);
+        if k > best.0 || i == 0 {
+            best = (k, i as u32);
+        }
+    }
+    best.1
+}
 
 /// How tokens are chosen.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,6 +107,7 @@ impl SamplingParams {
 
 /// Picks tokens one at a time.
 pub struct Sampler {
+    greedy: bool,
     processor: LogitsProcessor,
     repeat_penalty: f32,
     repeat_last_n: usize,
@@ -69,6 +117,7 @@ impl Sampler {
     /// A sampler for `params`.
     pub fn new(params: &SamplingParams) -> Self {
         Self {
+            greedy: params.is_greedy(),
             processor: LogitsProcessor::from_sampling(params.seed, params.sampling()),
             repeat_penalty: params.repeat_penalty,
             repeat_last_n: params.repeat_last_n,
@@ -87,6 +136,11 @@ impl Sampler {
                 &tokens[start..],
             )?
         };
+        if self.greedy {
+            return greedy_tokens(&logits)?.first().copied().ok_or_else(|| {
+                candle_core::Error::Msg("greedy token of empty logits".into()).into()
+            });
+        }
         Ok(self.processor.sample(&logits)?)
     }
 }
@@ -115,6 +169,32 @@ mod tests {
                 temperature: 0.7
             }
         );
+    }
+
+    #[test]
+    fn greedy_takes_the_first_maximum_nan_on_top() {
+        let nan = f32::NAN;
+        let inf = f32::INFINITY;
+        for (row, want) in [
+            (vec![1.0f32, 3.0, 3.0, 2.0], 1),
+            (vec![-0.0, 0.0, -1.0], 0),
+            (vec![-1.0, 0.0, -0.0], 1),
+            (vec![-inf, -inf], 0),
+            (vec![1.0, inf, nan, inf, nan], 2),
+            (vec![-nan, 5.0], 0),
+            (vec![-3.0, -2.0, -2.5], 1),
+            (vec![f32::MIN, -inf, f32::MAX], 2),
+        ] {
+            assert_eq!(first_max(&row), want, "{row:?}");
+        }
+        // Rows of a batch, BF16 logits (widened exactly).
+        let logits = Tensor::new(&[[0.5f32, 0.25, 0.5], [-1.0, -2.0, 7.0]], &Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap();
+        assert_eq!(greedy_tokens(&logits).unwrap(), vec![0, 2]);
+        let empty = Tensor::zeros((2, 0), DType::F32, &Device::Cpu).unwrap();
+        assert!(greedy_tokens(&empty).is_err());
     }
 
     #[test]

@@ -479,3 +479,53 @@ fn prefill_attention_reads_only_visible_keys() {
     let kv36 = randn(&[2, slots_n, kv_heads, cap, 36], &dev);
     assert!(prefill_attention(&odd, &kv36, at, 0.125, None, None).is_err());
 }
+
+/// The greedy token on the device (`df11_candle::ops::argmax_last_dim`, through
+/// `df11_llm::greedy_tokens`) equals the host's rule (first maximum, NaN on top, -0 == +0) on
+/// random logits full of ties, with NaN, zeros of both signs and infinities planted: BF16 and
+/// F32, vector and scalar paths (vocabularies that are and are not multiples of 8), several rows,
+/// a view that is not contiguous.
+#[test]
+fn greedy_tokens_on_the_device_equal_the_host_rule() {
+    let dev = cuda();
+    let mut rng = Rng(seed());
+    for (rows, vocab) in [
+        (1, 151_936),
+        (3, 1000),
+        (2, 4097),
+        (8, 262_208),
+        (4, 1),
+        (5, 33),
+    ] {
+        let mut values: Vec<f32> = (0..rows * vocab)
+            .map(|_| (rng.below(41) as f32 - 20.0) / 4.0)
+            .collect();
+        for r in 0..rows {
+            let row = &mut values[r * vocab..(r + 1) * vocab];
+            match r % 4 {
+                0 => row[rng.below(vocab)] = f32::NAN,
+                1 => {
+                    row.iter_mut().for_each(|v| *v = -v.abs() - 1.0);
+                    row[rng.below(vocab)] = -0.0;
+                    row[rng.below(vocab)] = 0.0;
+                }
+                2 => row[rng.below(vocab)] = f32::INFINITY,
+                _ => {}
+            }
+        }
+        let host = Tensor::from_vec(values, (rows, vocab), &Device::Cpu).unwrap();
+        for dtype in [DType::BF16, DType::F32] {
+            let h = host.to_dtype(dtype).unwrap();
+            let want = df11_llm::greedy_tokens(&h).unwrap();
+            let got = df11_llm::greedy_tokens(&h.to_device(&dev).unwrap()).unwrap();
+            assert_eq!(got, want, "{rows} x {vocab} {dtype:?}");
+            if vocab > 1 {
+                let view = h.narrow(1, 1, vocab - 1).unwrap();
+                let want = df11_llm::greedy_tokens(&view).unwrap();
+                let on_dev = h.to_device(&dev).unwrap().narrow(1, 1, vocab - 1).unwrap();
+                let got = df11_llm::greedy_tokens(&on_dev).unwrap();
+                assert_eq!(got, want, "{rows} x {vocab} {dtype:?}, a view");
+            }
+        }
+    }
+}

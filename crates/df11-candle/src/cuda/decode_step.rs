@@ -14,7 +14,7 @@ use candle_core::op::BackpropOp;
 use candle_core::{CudaStorage, DType, Layout, Storage, Tensor};
 use half::bf16;
 
-use crate::cuda::launch::push_args;
+use crate::cuda::pdl::launch_kernel;
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode_step.ptx"));
 const MODULE: &str = "decode_step";
@@ -221,17 +221,19 @@ pub fn qk_norm_rope_kv(
         slots_n as i32,
         cap as i32,
     );
-    let mut builder = func.builder();
-    push_args!(builder; &qv, &kv_, &vv, &qs, &ks, &vs);
-    match &norm_views {
-        Some((qw, kw)) => push_args!(builder; qw, kw),
-        None => push_args!(builder; &null, &null),
-    }
-    push_args!(builder; &kind, &eps, &cv, &sv, &tr, &rot);
-    push_args!(builder; &pv, &slv, &q_out, &cache, &h_, &kvh_, &d_, &sn_, &cap_);
     // SAFETY: every buffer was checked against the shapes above; positions and slots are clamped
-    // by the kernel to the cache and the tables.
-    unsafe { builder.launch(cfg) }.w()?;
+    // by the kernel to the cache and the tables; it waits (pdl_begin) before any access.
+    match &norm_views {
+        Some((qw, kw)) => unsafe {
+            launch_kernel!(dev, func, cfg; &qv, &kv_, &vv, &qs, &ks, &vs, qw, kw, &kind, &eps,
+                &cv, &sv, &tr, &rot, &pv, &slv, &q_out, &cache, &h_, &kvh_, &d_, &sn_, &cap_)
+        }?,
+        None => unsafe {
+            launch_kernel!(dev, func, cfg; &qv, &kv_, &vv, &qs, &ks, &vs, &null, &null, &kind,
+                &eps, &cv, &sv, &tr, &rot, &pv, &slv, &q_out, &cache, &h_, &kvh_, &d_, &sn_,
+                &cap_)
+        }?,
+    }
     Ok(wrap(q_out, &dev, &[rows, heads, d]))
 }
 
@@ -344,12 +346,12 @@ pub fn flash_decode(
     );
     let cap_f = softcap.unwrap_or(0.0);
     let window_ = window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
-    let mut builder = func.builder();
-    push_args!(builder; &qv, &cache, &pv, &slv, &h_, &kvh_, &d_);
-    push_args!(builder; &sn_, &cap_, &gc_, &scale, &cap_f, &window_);
-    push_args!(builder; &partial_o, &partial_ml);
-    // SAFETY: shapes checked above; positions and slots are clamped by the kernel.
-    unsafe { builder.launch(cfg) }.w()?;
+    // SAFETY: shapes checked above; positions and slots are clamped by the kernel, which waits
+    // (pdl_begin) before any access.
+    unsafe {
+        launch_kernel!(dev, func, cfg; &qv, &cache, &pv, &slv, &h_, &kvh_, &d_, &sn_, &cap_, &gc_,
+            &scale, &cap_f, &window_, &partial_o, &partial_ml)
+    }?;
     let func = dev.get_or_load_custom_func("flash_combine_bf16", MODULE, PTX)?;
     // (row, head) x 32-feature slices; 8 warps share the splits (COMBINE_THREADS).
     let cfg = LaunchConfig {
@@ -358,10 +360,9 @@ pub fn flash_decode(
         shared_mem_bytes: 0,
     };
     let splits_ = splits as i32;
-    let mut builder = func.builder();
-    push_args!(builder; &partial_o, &partial_ml, &splits_, &d_, &out);
-    // SAFETY: partials hold rows * heads * splits entries, out rows * heads * d.
-    unsafe { builder.launch(cfg) }.w()?;
+    // SAFETY: partials hold rows * heads * splits entries, out rows * heads * d; the kernel
+    // waits (pdl_begin) before any access.
+    unsafe { launch_kernel!(dev, func, cfg; &partial_o, &partial_ml, &splits_, &d_, &out) }?;
     Ok(wrap(out, &dev, &[rows, heads * d]))
 }
 
@@ -407,9 +408,8 @@ pub fn add_rms_norm_bf16(
         shared_mem_bytes: 0,
     };
     let n_ = n as i32;
-    let mut builder = func.builder();
-    push_args!(builder; &rv, &hv, &wv, &out, &n_, &eps);
-    // SAFETY: residual and h hold rows * n contiguous values, w holds n.
-    unsafe { builder.launch(cfg) }.w()?;
+    // SAFETY: residual and h hold rows * n contiguous values, w holds n; the kernel waits
+    // (pdl_begin) before any access.
+    unsafe { launch_kernel!(dev, func, cfg; &rv, &hv, &wv, &out, &n_, &eps) }?;
     Ok(wrap(out, &dev, residual.dims()))
 }

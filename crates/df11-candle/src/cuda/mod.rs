@@ -24,7 +24,7 @@
 //! - `prefill_attention`: a prompt's causal attention over the cache in place, flash-attention
 //!   style (`prefill_attention.cu`);
 //! - `gpu_pack`: the packed form built on the GPU at load from the stream (`df11_pack.cu`);
-//! - `pdl`: programmatic dependent launches of the streaming products (sm_90+);
+//! - `pdl`: programmatic dependent launches of the decode step's kernels (sm_90+);
 //! - `upload`: host arrays to the device, at once or on a copy stream (offloaded units);
 //! - [`streams`]: one stream waiting for another's work (copy stream, another GPU);
 //! - `launch`: what every launch shares (grid sizing, tiling, argument checks, the CUDA-only

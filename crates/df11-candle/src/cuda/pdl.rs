@@ -1,47 +1,77 @@
-//! Programmatic dependent launch (PDL, sm_90 and newer) for the streaming DF11 tensor-core
-//! products (not their BF16 twin, whose weights may be written by the kernel just before it:
-//! a member decoded for the twin; the packed DF11 buffers are written only at load, which ends
-//! with a synchronize).
+//! Programmatic dependent launch (PDL, sm_90 and newer) of the decode step's kernels: the
+//! streaming DF11 products (`kernels/df11_tc_stream.cu`) and the small kernels between the
+//! products (norms, q/k norm + RoPE + cache write, attention and its combine, the activation,
+//! the greedy argmax).
 //!
-//! Why: a decode step is a chain of short kernels, and each product starts with a prologue that
-//! reads only its weights (the DF11 kernel's 32 KB escape table per CTA, the first weight stages
-//! of every warp: `kernels/df11_tc_stream.cu`). Launched with the
-//! `PROGRAMMATIC_STREAM_SERIALIZATION` attribute, a product's CTAs may start while the kernel
-//! before it (a norm, the attention's combine, the activation: they call
-//! `griddepcontrol.launch_dependents` first, `kernels/llm_common.cuh`) still runs; the product
-//! waits in `griddepcontrol.wait` before it reads x or writes anything, so the result is the
-//! same bits. Inside a CUDA graph capture the launch becomes a programmatic edge.
+//! Why: a decode step is a chain of short kernels; launched with the
+//! `PROGRAMMATIC_STREAM_SERIALIZATION` attribute, a kernel's CTAs may start while the kernel
+//! before it still runs, once that one has called `griddepcontrol.launch_dependents` (every
+//! kernel of the chain does so first: `kernels/llm_common.cuh`). The dependent then waits in
+//! `griddepcontrol.wait` until the kernel before has completed and its writes are visible, so
+//! the results are the same bits; what overlaps is the launch itself and, for a product, a
+//! prologue that reads only its weights (the DF11 kernel's 32 KB escape table per CTA, the first
+//! weight stage of every warp). Inside a CUDA graph capture the launch becomes a programmatic
+//! edge.
 //!
-//! Used only where it is safe and available: compute capability 9.0 or newer, and the device's
-//! context without cudarc's event tracking (the raw launch below does not record the events
-//! cudarc's `LaunchArgs` would; `df11-llm` turns tracking off for its devices). `DF11_PDL=off`
-//! (or [`set_pdl`]) turns it off: outputs are the same bits either way.
+//! The DF11 products' packed buffers are written only at load, which ends with a synchronize.
+//! The BF16 twin is launched the ordinary way: its weights may be written by the kernel just
+//! before it (a member decoded for the twin, `Df11Group`), and for a BF16 model's settled
+//! weights PDL measured no gain (docs/PERFORMANCE.md, session 15). Every streaming product still
+//! triggers the kernel after it at its start.
+//!
+//! Used only where it is safe and available: kernels built for compute 9.0 or newer
+//! (`CUDA_COMPUTE_CAP`; below it `griddepcontrol` is compiled out), a device of compute
+//! capability 9.0 or newer, and a context without cudarc's event tracking (the raw launch below
+//! does not record the events cudarc's `LaunchArgs` would; `df11-llm` turns tracking off for
+//! its devices). `DF11_PDL=off` (or [`set_pdl`]) turns it off: outputs are the same bits either
+//! way.
 
 use std::ffi::c_void;
 use std::marker::PhantomData;
 
 use candle_core::cuda_backend::cudarc::driver::{
-    sys, CudaFunction, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
+    sys, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DeviceRepr,
+    LaunchConfig,
 };
 use candle_core::cuda_backend::WrapErr;
 use candle_core::CudaDevice;
 
 use crate::cuda::setting::Setting;
 
-/// `DF11_PDL` (`on`, the default, or `off`): whether the streaming DF11 products use
+/// `DF11_PDL` (`on`, the default, or `off`): whether the decode step's kernels use
 /// programmatic dependent launches where they can.
 static PDL: Setting<bool> =
     Setting::new("DF11_PDL", "PDL setting", &[("on", true), ("off", false)]);
 
-/// Turns programmatic dependent launches of the streaming DF11 products on or off (overrides
+/// Turns programmatic dependent launches of the decode step's kernels on or off (overrides
 /// `DF11_PDL`; outputs are the same bits either way).
 pub fn set_pdl(on: bool) {
     PDL.set(on);
 }
 
+/// Whether the kernels were built with `griddepcontrol` (PTX for compute 9.0 or newer): a
+/// kernel built without it would not wait for the one before it.
+const KERNELS_WAIT: bool = ptx_cap_at_least_90(env!("DF11_PTX_COMPUTE_CAP"));
+
+/// Whether a `CUDA_COMPUTE_CAP` string as build.rs passes it (`"80"`, `"90"`, `"100"`) is 90 or
+/// more.
+const fn ptx_cap_at_least_90(cap: &str) -> bool {
+    let b = cap.as_bytes();
+    let mut value = 0u32;
+    let mut i = 0;
+    while i < b.len() {
+        if !b[i].is_ascii_digit() {
+            return false;
+        }
+        value = value * 10 + (b[i] - b'0') as u32;
+        i += 1;
+    }
+    value >= 90
+}
+
 /// Whether launches on `dev` may use PDL (see the module docs).
 pub(crate) fn available(dev: &CudaDevice) -> candle_core::Result<bool> {
-    if !PDL.get() {
+    if !PDL.get() || !KERNELS_WAIT {
         return Ok(false);
     }
     let ctx = dev.cuda_stream().context().clone();
@@ -95,6 +125,63 @@ impl<'a> RawArgs<'a> {
     }
 }
 
+/// A kernel argument [`launch_kernel!`] can pass either way: a device buffer (by its address)
+/// or a scalar.
+pub(crate) trait KernelArg {
+    /// Appends the argument to `args`.
+    fn push_to<'a>(&'a self, args: &mut RawArgs<'a>);
+}
+
+impl<T> KernelArg for CudaSlice<T> {
+    fn push_to<'a>(&'a self, args: &mut RawArgs<'a>) {
+        args.buffer(self);
+    }
+}
+
+impl<T> KernelArg for CudaView<'_, T> {
+    fn push_to<'a>(&'a self, args: &mut RawArgs<'a>) {
+        args.buffer(self);
+    }
+}
+
+impl<T> KernelArg for CudaViewMut<'_, T> {
+    fn push_to<'a>(&'a self, args: &mut RawArgs<'a>) {
+        args.buffer(self);
+    }
+}
+
+macro_rules! scalar_kernel_arg {
+    ($($t:ty),+) => {$(
+        impl KernelArg for $t {
+            fn push_to<'a>(&'a self, args: &mut RawArgs<'a>) {
+                args.scalar(self);
+            }
+        }
+    )+};
+}
+scalar_kernel_arg!(i32, u32, i64, u64, f32);
+
+/// Launches `$func` with `$cfg` and the arguments on `$dev`'s stream: a programmatic dependent
+/// launch where [`available`], else cudarc's ordinary launch. Evaluates to
+/// `candle_core::Result<()>`; unsafe as any launch (the caller's SAFETY note covers both ways),
+/// and the kernel must call `griddepcontrol.wait` (`kernels/llm_common.cuh`) before it reads or
+/// writes anything another kernel writes.
+macro_rules! launch_kernel {
+    ($dev:expr, $func:expr, $cfg:expr; $($arg:expr),+ $(,)?) => {{
+        if $crate::cuda::pdl::available(&$dev)? {
+            let stream = $dev.cuda_stream();
+            let mut raw = $crate::cuda::pdl::RawArgs::new(&stream);
+            $($crate::cuda::pdl::KernelArg::push_to($arg, &mut raw);)+
+            $crate::cuda::pdl::launch(&$func, $cfg, &mut raw)
+        } else {
+            let mut builder = $func.builder();
+            $(builder.arg($arg);)+
+            builder.launch($cfg).map(|_| ()).w()
+        }
+    }};
+}
+pub(crate) use launch_kernel;
+
 /// Launches `func` on the args' stream with the programmatic-stream-serialization attribute.
 ///
 /// # Safety
@@ -134,5 +221,26 @@ pub(crate) unsafe fn launch(
         )
         .result()
         .w()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ptx_cap_at_least_90;
+
+    #[test]
+    fn only_compute_90_and_newer_ptx_waits() {
+        for (cap, waits) in [
+            ("75", false),
+            ("80", false),
+            ("89", false),
+            ("90", true),
+            ("100", true),
+            ("120", true),
+            ("", false),
+            ("9x", false),
+        ] {
+            assert_eq!(ptx_cap_at_least_90(cap), waits, "{cap:?}");
+        }
     }
 }
