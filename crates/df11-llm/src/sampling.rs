@@ -35,7 +35,8 @@ pub fn greedy_tokens(logits: &Tensor) -> Result<Vec<u32>> {
 
 /// The index of the largest of `row` under [`greedy_tokens`]' rule.
 fn first_max(row: &[f32]) -> u32 {
-    // An integer key ordered as the values, NaN on top, -0 == +0 (the kernel's argmax_key).
+    // An integer key ordered as the values, NaN on top, -0 == +0 (the order of the kernel's
+    // argmax_key, kernels/llm_ops.cu, written for signed keys).
     let key = |v: f32| -> i32 {
         if v.is_nan() {
             return i32::MAX;
