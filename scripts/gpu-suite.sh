@@ -45,7 +45,7 @@ for line in open(os.path.join(suite, "build.json")):
 open(os.path.join(suite, "tests.txt"), "w").write("\n".join(lines) + "\n")
 PY
 rm "$SUITE/build.json"
-cp "$TARGET/release/gpu_bench" "$TARGET/release/sanitizer_probe" "$SUITE/"
+cp "$TARGET/release/gpu_bench" "$TARGET/release/sanitizer_probe" "$TARGET/release/tc_probe" "$SUITE/"
 # The end-to-end bench's tools (scripts/gpu-e2e-run.sh uses them).
 cp "$TARGET/release/synth_model" "$TARGET/release/df11" "$TARGET/release/qwen3-df11-bench" "$SUITE/"
 # The model binaries, for the models' end-to-end CLI tests (found through DF11_BIN_DIR).
@@ -56,7 +56,7 @@ for m in models/*/; do
 done
 # The binaries share most of their bytes (candle's embedded PTX): one xz stream with a window
 # larger than all of them stores those bytes once (2.5 GB -> ~47 MB; ~10 GB of RAM to pack).
-strip "$SUITE"/*-* "$SUITE/gpu_bench" "$SUITE/sanitizer_probe" "$SUITE/synth_model" "$SUITE/df11"
+strip "$SUITE"/*-* "$SUITE/gpu_bench" "$SUITE/sanitizer_probe" "$SUITE/tc_probe" "$SUITE/synth_model" "$SUITE/df11"
 (cd "$SUITE" && find . -maxdepth 1 -type f ! -name '*.txt' -printf '%P\n' | sort > bins.txt \
   && tar cf - -T bins.txt | xz -T1 --lzma2=preset=3,dict=1GiB > bins.tar.xz \
   && xargs rm -f < bins.txt && rm bins.txt)

@@ -6,6 +6,16 @@
 //!
 //! `cargo run --release -p df11-benches --features cuda --bin tc_probe -- ROWS COLS BATCH...`
 //! (ROWS = COLS = 0: the seven matrices of a Qwen3-8B layer, timed together as one.)
+//!
+//! `tc_probe layer BATCH...`: a Qwen3-8B layer's products as the decode step launches them (q/k/v
+//! stacked, o, gate/up stacked, down: four launches), cuBLAS BF16, the twin and DF11 (tile order,
+//! streaming), each timed eagerly and as a replayed CUDA graph of the four launches (PDL edges
+//! where `DF11_PDL` allows), with the DF11 bytes read per layer.
+//!
+//! `tc_probe prefill M SLICE...`: the same layer's products at M rows the way a prompt runs them
+//! (the weight decoded, then cuBLAS), whole and by slices of SLICE weight rows (each slice
+//! decoded into a buffer the allocator reuses, multiplied, the outputs concatenated), against
+//! BF16 whole and sliced the same way; checks DF11 sliced == BF16 sliced bit for bit.
 
 use std::time::Instant;
 
@@ -34,9 +44,230 @@ fn time(dev: &Device, iters: usize, mut f: impl FnMut()) -> f64 {
     v[2]
 }
 
+/// A Qwen3-8B layer's linears as the decode step runs them: q/k/v and gate/up stacked by rows.
+const LAYER_AS_LAUNCHED: [(usize, usize); 4] =
+    [(6144, 4096), (4096, 4096), (24576, 4096), (4096, 12288)];
+
+/// Per launch of `f` (which must launch the same work on every call): captured once as a CUDA
+/// graph (after an eager warm-up under candle's upload cache, as the decode step captures), then
+/// the graph replayed and timed like [`time`].
+fn time_graph(dev: &Device, iters: usize, f: impl Fn()) -> anyhow::Result<f64> {
+    use candle_core::cuda_backend::cudarc::driver::sys;
+    let Device::Cuda(cuda) = dev else {
+        anyhow::bail!("graphs need a CUDA device")
+    };
+    let stream = cuda.cuda_stream();
+    let graph = {
+        let _cache = cuda.enable_cuda_graph_htod_cache();
+        f();
+        dev.synchronize()?;
+        stream.context().bind_to_thread()?;
+        stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        f();
+        stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))?
+            .ok_or_else(|| anyhow::anyhow!("the capture recorded nothing"))?
+    };
+    Ok(time(dev, iters, || graph.launch().unwrap()))
+}
+
+/// The linears of `shapes` (N(0, 0.02) weights): DF11 in the tile order, and their decoded twins.
+fn tiled_linears(
+    dev: &Device,
+    shapes: &[(usize, usize)],
+) -> anyhow::Result<(Vec<Df11Linear>, Vec<Df11Linear>, usize)> {
+    let (mut df11, mut dense, mut bytes) = (Vec::new(), Vec::new(), 0);
+    for (i, &(rows, cols)) in shapes.iter().enumerate() {
+        let w = synth::normal_bf16(rows * cols, 0.02, 7 + i as u64);
+        let enc =
+            encode_unit(&[bytemuck::cast_slice(&w)]).map_err(|e| anyhow::anyhow!(e.reason))?;
+        let layout = UnitLayout::validate(&enc.tensors()).map_err(|d| anyhow::anyhow!("{d}"))?;
+        df11_candle::set_tile_members(true);
+        let g = Df11Group::new_shaped(
+            "w",
+            vec!["w.weight".to_string()],
+            &enc.tensors(),
+            layout,
+            dev,
+            ExponentForm::Packed,
+            &[Some((rows, cols))],
+        );
+        df11_candle::set_tile_members(false);
+        let g = g?;
+        anyhow::ensure!(g.is_packed(), "not packed");
+        bytes += g.device_bytes();
+        let l = Df11Linear::new(g, 0, rows, cols, None, DType::BF16)?;
+        dense.push(l.clone().decoded()?);
+        df11.push(l);
+    }
+    Ok((df11, dense, bytes))
+}
+
+/// `tc_probe layer BATCH...` (module doc).
+fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
+    let (df11, dense, bytes) = tiled_linears(dev, &LAYER_AS_LAUNCHED)?;
+    println!(
+        "Qwen3-8B layer as launched {LAYER_AS_LAUNCHED:?}: DF11 {:.1} MB on the device",
+        bytes as f64 / 1e6
+    );
+    println!("batch | cuBLAS eager ms | cuBLAS graph ms | twin eager ms | twin graph ms | DF11 eager ms | DF11 graph ms | DF11 graph TB/s | DF11 / cuBLAS (graphs) | DF11 / twin (graphs)");
+    set_fused_kernel(Some(FusedKernel::TensorCore));
+    df11_candle::set_tc_stream(true);
+    for &batch in batches {
+        let xs: Vec<Tensor> = LAYER_AS_LAUNCHED
+            .iter()
+            .map(|&(_, c)| Tensor::randn(0f32, 1.0, (batch, c), dev)?.to_dtype(DType::BF16))
+            .collect::<candle_core::Result<_>>()?;
+        let run = |ls: &[Df11Linear]| {
+            for (l, x) in ls.iter().zip(&xs) {
+                l.forward(x).unwrap();
+            }
+        };
+        set_matmul_path(MatmulPath::Fused);
+        for (i, x) in xs.iter().enumerate() {
+            let a = df11[i].forward(x)?.flatten_all()?.to_vec1::<half::bf16>()?;
+            let b = dense[i]
+                .forward(x)?
+                .flatten_all()?
+                .to_vec1::<half::bf16>()?;
+            anyhow::ensure!(
+                a == b,
+                "matrix {i}: DF11 differs from the twin at batch {batch}"
+            );
+        }
+        set_matmul_path(MatmulPath::Decode);
+        let cublas = (
+            time(dev, 20, || run(&dense)),
+            time_graph(dev, 20, || run(&dense))?,
+        );
+        set_matmul_path(MatmulPath::Fused);
+        let twin = (
+            time(dev, 20, || run(&dense)),
+            time_graph(dev, 20, || run(&dense))?,
+        );
+        let ours = (
+            time(dev, 20, || run(&df11)),
+            time_graph(dev, 20, || run(&df11))?,
+        );
+        println!(
+            "{batch:>5} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.2} | {:.2}x | {:.2}x",
+            cublas.0 * 1e3,
+            cublas.1 * 1e3,
+            twin.0 * 1e3,
+            twin.1 * 1e3,
+            ours.0 * 1e3,
+            ours.1 * 1e3,
+            bytes as f64 / ours.1 / 1e12,
+            cublas.1 / ours.1,
+            twin.1 / ours.1,
+        );
+    }
+    set_fused_kernel(None);
+    Ok(())
+}
+
+/// `tc_probe prefill M SLICE...` (module doc).
+fn prefill_mode(dev: &Device, m: usize, slices: &[usize]) -> anyhow::Result<()> {
+    let (df11, dense, _) = tiled_linears(dev, &LAYER_AS_LAUNCHED)?;
+    let weights = dense
+        .iter()
+        .map(|l| Ok(l.weight()?))
+        .collect::<anyhow::Result<Vec<Tensor>>>()?;
+    let xs: Vec<Tensor> = LAYER_AS_LAUNCHED
+        .iter()
+        .map(|&(_, c)| Tensor::randn(0f32, 1.0, (m, c), dev)?.to_dtype(DType::BF16))
+        .collect::<candle_core::Result<_>>()?;
+    let product = |w: &Tensor, x: &Tensor| candle_nn::Linear::new(w.clone(), None).forward(x);
+    // One matrix's product by slices of `slice` weight rows; `weight(r0, r1)` gives rows r0..r1.
+    let sliced = |i: usize,
+                  slice: usize,
+                  weight: &dyn Fn(usize, usize) -> candle_core::Result<Tensor>|
+     -> candle_core::Result<Tensor> {
+        let rows = LAYER_AS_LAUNCHED[i].0;
+        let parts = (0..rows)
+            .step_by(slice)
+            .map(|r0| product(&weight(r0, (r0 + slice).min(rows))?, &xs[i]))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Tensor::cat(&parts, 1)
+    };
+    let dense_rows = |i: usize| {
+        let w = weights[i].clone();
+        move |r0: usize, r1: usize| w.narrow(0, r0, r1 - r0)
+    };
+    let df11_rows = |i: usize| {
+        let g = df11[i].group().expect("compressed").clone();
+        let cols = LAYER_AS_LAUNCHED[i].1;
+        move |r0: usize, r1: usize| {
+            g.decode_elements(r0 * cols..r1 * cols)
+                .map_err(candle_core::Error::wrap)?
+                .reshape((r1 - r0, cols))
+        }
+    };
+    set_matmul_path(MatmulPath::Decode);
+    let whole_bf16 = time(dev, 10, || {
+        for (w, x) in weights.iter().zip(&xs) {
+            product(w, x).unwrap();
+        }
+    });
+    let whole_df11 = time(dev, 10, || {
+        for (l, x) in df11.iter().zip(&xs) {
+            l.forward(x).unwrap();
+        }
+    });
+    println!("prefill of {m} rows, Qwen3-8B layer as launched, ms: BF16 whole {:.4} | DF11 whole (decode + cuBLAS) {:.4} | DF11 / BF16 {:.2}", whole_bf16 * 1e3, whole_df11 * 1e3, whole_bf16 / whole_df11);
+    println!("slice rows | BF16 sliced ms | DF11 sliced ms | DF11 sliced / BF16 whole | DF11 sliced / BF16 sliced");
+    for &slice in slices {
+        for i in 0..LAYER_AS_LAUNCHED.len() {
+            let a = sliced(i, slice, &df11_rows(i))?
+                .flatten_all()?
+                .to_vec1::<half::bf16>()?;
+            let b = sliced(i, slice, &dense_rows(i))?
+                .flatten_all()?
+                .to_vec1::<half::bf16>()?;
+            anyhow::ensure!(a == b, "matrix {i}: DF11 sliced differs from BF16 sliced");
+        }
+        let bf16 = time(dev, 10, || {
+            for i in 0..LAYER_AS_LAUNCHED.len() {
+                sliced(i, slice, &dense_rows(i)).unwrap();
+            }
+        });
+        let ours = time(dev, 10, || {
+            for i in 0..LAYER_AS_LAUNCHED.len() {
+                sliced(i, slice, &df11_rows(i)).unwrap();
+            }
+        });
+        println!(
+            "{slice:>10} | {:.4} | {:.4} | {:.2} | {:.2}",
+            bf16 * 1e3,
+            ours * 1e3,
+            whole_bf16 / ours,
+            bf16 / ours
+        );
+    }
+    set_matmul_path(MatmulPath::Auto);
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    if raw.first().map(String::as_str) == Some("prefill") {
+        let v = raw[1..]
+            .iter()
+            .map(|a| a.parse())
+            .collect::<Result<Vec<usize>, _>>()?;
+        anyhow::ensure!(v.len() >= 2, "usage: tc_probe prefill M SLICE...");
+        return prefill_mode(&Device::new_cuda(0)?, v[0], &v[1..]);
+    }
+    if raw.first().map(String::as_str) == Some("layer") {
+        let batches = raw[1..]
+            .iter()
+            .map(|a| a.parse())
+            .collect::<Result<Vec<usize>, _>>()?;
+        anyhow::ensure!(!batches.is_empty(), "usage: tc_probe layer BATCH...");
+        return layer_mode(&Device::new_cuda(0)?, &batches);
+    }
+    let args: Vec<usize> = raw
+        .into_iter()
         .map(|a| a.parse())
         .collect::<Result<_, _>>()?;
     anyhow::ensure!(args.len() >= 3, "usage: tc_probe ROWS COLS BATCH...");

@@ -98,6 +98,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fixtures;
 pub mod format;
+pub mod load_profile;
 pub mod nn;
 pub mod synth;
 

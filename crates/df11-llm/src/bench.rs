@@ -110,6 +110,9 @@ pub fn bench_model<A: Architecture>(opts: &BenchOptions) -> Result<BenchResult> 
     })?;
     opts.device.synchronize()?;
     let load_s = t.elapsed().as_secs_f64();
+    if let Some(profile) = df11_candle::load_profile::report() {
+        eprint!("{profile}  load (whole) | {load_s:.3}\n");
+    }
     let vocab = vocab_size(&loaded.config)?;
     let format = if opts.bf16 { "bf16" } else { "df11" };
     let model = &mut loaded.model;

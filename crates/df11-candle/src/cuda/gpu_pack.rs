@@ -131,15 +131,35 @@ pub(crate) fn build(
     };
     // 0. The end of the stream, on the CPU (one block): the block kernel reads bytes past the
     //    stream as zeros, so a stream whose last codes run past its end would decode there.
-    crate::cuda::exponent_walk::check_last_block(t, layout, &crate::DecodeTable::new(t.luts))
-        .map_err(refuse)?;
+    use crate::load_profile::{timed, Phase};
+    let settle = || {
+        let _ = device.cuda_stream().synchronize();
+    };
+    timed(
+        Phase::UnitCheck,
+        0,
+        || {},
+        || {
+            crate::cuda::exponent_walk::check_last_block(
+                t,
+                layout,
+                &crate::DecodeTable::new(t.luts),
+            )
+        },
+    )
+    .map_err(refuse)?;
     // 1. Decode the stream with the block kernel, and read its status word.
     let decode = || -> Result<CudaStorage> {
-        let huffman = crate::cuda::unit::CudaUnit::huffman_without_index(device, t, layout)?;
-        let (storage, _) =
-            huffman.decode(sign_mantissa.0, sign_mantissa.1, layout, 0..layout.n_blocks)?;
-        huffman.check_status().map_err(refuse)?;
-        Ok(storage)
+        let bytes = t.encoded_exponent.len() + t.gaps.len() + t.output_positions.len();
+        let huffman = timed(Phase::UploadExponents, bytes, settle, || {
+            crate::cuda::unit::CudaUnit::huffman_without_index(device, t, layout)
+        })?;
+        timed(Phase::GpuDecode, 2 * n, settle, || {
+            let (storage, _) =
+                huffman.decode(sign_mantissa.0, sign_mantissa.1, layout, 0..layout.n_blocks)?;
+            huffman.check_status().map_err(refuse)?;
+            Ok(storage)
+        })
     };
     let orders = crate::cuda::tile_order::checked_orders(&members, orders).ok_or_else(|| {
         Df11Error::Usage(format!("`{name}`: a tile order does not match its member"))
@@ -150,15 +170,20 @@ pub(crate) fn build(
         // element).
         let (et, sm) = {
             let decoded = decode()?;
-            tile(
-                device,
-                decoded.as_cuda_slice::<half::bf16>()?,
-                n,
-                &members,
-                &orders,
-            )?
+            timed(Phase::GpuTile, 2 * n, settle, || {
+                tile(
+                    device,
+                    decoded.as_cuda_slice::<half::bf16>()?,
+                    n,
+                    &members,
+                    &orders,
+                )
+            })?
         };
-        if let Some(mut p) = pack(device, name, PackInput::Exponents(&et), n, &members)? {
+        let packed = timed(Phase::GpuPack, n, settle, || {
+            pack(device, name, PackInput::Exponents(&et), n, &members)
+        })?;
+        if let Some(mut p) = packed {
             p.orders = orders;
             p.sign_mantissa = Some(sm);
             return Ok(Some(p));
@@ -168,7 +193,9 @@ pub(crate) fn build(
     }
     let decoded = decode()?;
     let w = decoded.as_cuda_slice::<half::bf16>()?;
-    pack(device, name, PackInput::Values(w), n, &members)
+    timed(Phase::GpuPack, 2 * n, settle, || {
+        pack(device, name, PackInput::Values(w), n, &members)
+    })
 }
 
 /// What the pack kernels read: decoded BF16 values, or exponents (their `_e` forms).

@@ -120,6 +120,16 @@ pub(crate) enum HostExponents {
     Huffman(HuffmanHost),
 }
 
+/// The Huffman form's arrays on the device.
+struct HuffmanArrays {
+    luts: CudaSlice<u8>,
+    /// The stream padded with zero bytes as [`HuffmanHost`] pads it.
+    codes: CudaSlice<u8>,
+    gaps: CudaSlice<u8>,
+    positions: CudaSlice<u32>,
+    segments: Option<crate::cuda::fused::SegmentBuffers>,
+}
+
 /// The Huffman form on the host.
 pub(crate) struct HuffmanHost {
     luts: HostArray<u8>,
@@ -287,15 +297,25 @@ impl CudaUnit {
                 }
             }
         }
-        let (host, sm) = HostExponents::build(name, t, layout, form, orders)?;
-        let sm = match sm {
-            Some(sm) => Some(device.clone_htod(&sm)?),
-            None => None,
+        let settle = || {
+            let _ = device.cuda_stream().synchronize();
         };
-        Ok((
-            Self::upload(&Uploader::Now(device), &host)?.debug_sync()?,
-            sm,
-        ))
+        crate::load_profile::timed(
+            crate::load_profile::Phase::HostBuild,
+            t.sign_mantissa.len(),
+            settle,
+            || {
+                let (host, sm) = HostExponents::build(name, t, layout, form, orders)?;
+                let sm = match sm {
+                    Some(sm) => Some(device.clone_htod(&sm)?),
+                    None => None,
+                };
+                Ok((
+                    Self::upload(&Uploader::Now(device), &host)?.debug_sync()?,
+                    sm,
+                ))
+            },
+        )
     }
 
     /// With `DF11_DEBUG_SYNC=load|all`, waits for the unit's copies and builds (the host arrays
@@ -314,8 +334,23 @@ impl CudaUnit {
         t: &UnitTensors<'_>,
         layout: &UnitLayout,
     ) -> Result<Self> {
-        let host = HostExponents::Huffman(HuffmanHost::new(t, layout, None));
-        Self::upload(&Uploader::Now(device), &host)
+        // Straight from the file's bytes to the device: no host copy (the stream's padding is
+        // zeroed on the device). A host copy of the stream cost ~60% of a model's load.
+        keep_pool_memory(device);
+        let n = t.encoded_exponent.len();
+        let mut codes = device.alloc_zeros::<u8>(n.div_ceil(4) * 4 + 4)?;
+        device
+            .cuda_stream()
+            .memcpy_htod(t.encoded_exponent, &mut codes.slice_mut(0..n))
+            .w()?;
+        let arrays = HuffmanArrays {
+            luts: device.clone_htod(t.luts)?,
+            codes,
+            gaps: device.clone_htod(t.gaps)?,
+            positions: device.clone_htod(&layout.output_positions)?,
+            segments: None,
+        };
+        Self::huffman(device, arrays, layout.lut_rows, layout.max_block_elements)
     }
 
     /// Puts a host form on the uploader's device.
@@ -333,15 +368,35 @@ impl CudaUnit {
             }
             HostExponents::Huffman(h) => h,
         };
-        let luts = up.put(&h.luts)?;
-        let codes = up.put(&h.codes)?;
-        let gaps = up.put(&h.gaps)?;
-        let positions = up.put(&h.positions)?;
-        let status = std::sync::Mutex::new(device.alloc_zeros::<u32>(1)?);
-        let segments = match &h.segments {
-            Some(index) => Some(crate::cuda::fused::SegmentBuffers::upload(up, index)?),
-            None => None,
+        let arrays = HuffmanArrays {
+            luts: up.put(&h.luts)?,
+            codes: up.put(&h.codes)?,
+            gaps: up.put(&h.gaps)?,
+            positions: up.put(&h.positions)?,
+            segments: match &h.segments {
+                Some(index) => Some(crate::cuda::fused::SegmentBuffers::upload(up, index)?),
+                None => None,
+            },
         };
+        Self::huffman(device, arrays, h.lut_rows, h.max_block)
+    }
+
+    /// The Huffman form around its arrays on `device`, with the block kernel's launch settings
+    /// (`max_block`: the most elements a block outputs, the validated layout's).
+    fn huffman(
+        device: &CudaDevice,
+        arrays: HuffmanArrays,
+        lut_rows: usize,
+        max_block: usize,
+    ) -> Result<Self> {
+        let HuffmanArrays {
+            luts,
+            codes,
+            gaps,
+            positions,
+            segments,
+        } = arrays;
+        let status = std::sync::Mutex::new(device.alloc_zeros::<u32>(1)?);
         let func = device.get_or_load_custom_func(KERNEL, MODULE, PTX)?;
         let ctx = device.cuda_stream().context().clone();
         let sms = ctx
@@ -352,8 +407,8 @@ impl CudaUnit {
             .w()? as usize;
         // The kernel's direct mode (sign_mantissa read from global memory at copy-out): measured
         // as fast as its staged mode on real-sized units, and it needs the least shared memory.
-        let cap = (h.max_block + 30) & !15;
-        let smem = header_bytes(h.lut_rows) + cap;
+        let cap = (max_block + 30) & !15;
+        let smem = header_bytes(lut_rows) + cap;
         if smem > max_smem {
             return Err(Df11Error::Usage(format!(
                 "a block of this unit needs {smem} bytes of shared memory; the device has {max_smem}"
@@ -382,7 +437,7 @@ impl CudaUnit {
                 gaps,
                 positions,
                 status,
-                lut_rows: h.lut_rows,
+                lut_rows,
                 smem,
                 ctas_per_sm,
                 sms,

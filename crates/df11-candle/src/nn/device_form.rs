@@ -117,7 +117,14 @@ pub(crate) fn upload(
         Device::Cpu => OnDevice::on_cpu(t.sign_mantissa, t.encoded_exponent, t.luts, t.gaps),
         #[cfg(feature = "cuda")]
         Device::Cuda(dev) => {
-            let sign_mantissa = Tensor::from_slice(t.sign_mantissa, t.sign_mantissa.len(), device)?;
+            let sign_mantissa = crate::load_profile::timed(
+                crate::load_profile::Phase::UploadSignMantissa,
+                t.sign_mantissa.len(),
+                || {
+                    let _ = dev.cuda_stream().synchronize();
+                },
+                || Tensor::from_slice(t.sign_mantissa, t.sign_mantissa.len(), device),
+            )?;
             let (storage, sm_layout) = sign_mantissa.storage_and_layout();
             let candle_core::Storage::Cuda(sm) = &*storage else {
                 return Err(Df11Error::Usage(

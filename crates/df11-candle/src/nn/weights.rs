@@ -169,14 +169,15 @@ pub fn candle_dtype(d: safetensors::Dtype) -> Option<DType> {
 impl ModelWeights {
     /// Opens `dir` in the given format.
     pub fn open(dir: &Path, format: WeightFormat, device: &Device, dtype: DType) -> Result<Self> {
+        use crate::load_profile::{timed, Phase};
         let source = match format {
             WeightFormat::Df11 | WeightFormat::Df11DecodedAtLoad => Source::Df11 {
-                model: Box::new(Df11Model::open(dir)?),
+                model: Box::new(timed(Phase::Open, 0, || {}, || Df11Model::open(dir))?),
                 groups: Mutex::new(HashMap::new()),
                 shapes: Mutex::new(HashMap::new()),
             },
             WeightFormat::Dense => {
-                let index = SafetensorsIndex::open_dir(dir)?;
+                let index = timed(Phase::Open, 0, || {}, || SafetensorsIndex::open_dir(dir))?;
                 if index.files().next().is_none() {
                     return Err(Df11Error::NotAModel {
                         path: dir.to_path_buf(),
@@ -326,8 +327,16 @@ impl ModelWeights {
             expected: "a float or integer dtype candle supports".into(),
             found: format!("{:?}", t.dtype),
         })?;
-        let x = Tensor::from_raw_buffer(t.data, src, shape, &self.device)?;
-        Ok(x.to_dtype(dtype)?)
+        let device = &self.device;
+        let settle = || {
+            let _ = device.synchronize();
+        };
+        crate::load_profile::timed(
+            crate::load_profile::Phase::PlainTensors,
+            t.data.len(),
+            settle,
+            || Ok(Tensor::from_raw_buffer(t.data, src, shape, device)?.to_dtype(dtype)?),
+        )
     }
 
     /// A plain tensor in the compute dtype.
