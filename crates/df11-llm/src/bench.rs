@@ -111,7 +111,7 @@ pub fn bench_model<A: Architecture>(opts: &BenchOptions) -> Result<BenchResult> 
     opts.device.synchronize()?;
     let load_s = t.elapsed().as_secs_f64();
     if let Some(profile) = df11_candle::load_profile::report() {
-        eprint!("{profile}  load (whole) | {load_s:.3}\n");
+        eprintln!("{profile}  load (whole) | {load_s:.3}");
     }
     let vocab = vocab_size(&loaded.config)?;
     let format = if opts.bf16 { "bf16" } else { "df11" };
