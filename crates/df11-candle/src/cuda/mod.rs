@@ -26,6 +26,7 @@
 //! - `gpu_pack`: the packed form built on the GPU at load from the stream (`df11_pack.cu`);
 //! - `pdl`: programmatic dependent launches of the decode step's kernels (sm_90+);
 //! - `upload`: host arrays to the device, at once or on a copy stream (offloaded units);
+//! - `staged_copy`: large copies at load through pinned buffers filled by several threads;
 //! - [`streams`]: one stream waiting for another's work (copy stream, another GPU);
 //! - `launch`: what every launch shares (grid sizing, tiling, argument checks, the CUDA-only
 //!   op wrapper, `push_args!`).
@@ -58,6 +59,8 @@ pub(crate) mod pdl;
 pub use pdl::set_pdl;
 #[cfg(feature = "cuda")]
 pub mod prefill_attention;
+#[cfg(feature = "cuda")]
+pub(crate) mod staged_copy;
 #[cfg(feature = "cuda")]
 pub mod streams;
 #[cfg(feature = "cuda")]

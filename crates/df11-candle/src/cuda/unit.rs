@@ -339,10 +339,11 @@ impl CudaUnit {
         keep_pool_memory(device);
         let n = t.encoded_exponent.len();
         let mut codes = device.alloc_zeros::<u8>(n.div_ceil(4) * 4 + 4)?;
-        device
-            .cuda_stream()
-            .memcpy_htod(t.encoded_exponent, &mut codes.slice_mut(0..n))
-            .w()?;
+        crate::cuda::staged_copy::copy_to_device(
+            device,
+            t.encoded_exponent,
+            &mut codes.slice_mut(0..n),
+        )?;
         let arrays = HuffmanArrays {
             luts: device.clone_htod(t.luts)?,
             codes,

@@ -123,7 +123,18 @@ pub(crate) fn upload(
                 || {
                     let _ = dev.cuda_stream().synchronize();
                 },
-                || Tensor::from_slice(t.sign_mantissa, t.sign_mantissa.len(), device),
+                || -> candle_core::Result<Tensor> {
+                    let sm = crate::cuda::staged_copy::upload(dev, t.sign_mantissa)?;
+                    Ok(Tensor::from_storage(
+                        candle_core::Storage::Cuda(candle_core::CudaStorage::wrap_cuda_slice(
+                            sm,
+                            dev.clone(),
+                        )),
+                        t.sign_mantissa.len(),
+                        candle_core::op::BackpropOp::none(),
+                        false,
+                    ))
+                },
             )?;
             let (storage, sm_layout) = sign_mantissa.storage_and_layout();
             let candle_core::Storage::Cuda(sm) = &*storage else {

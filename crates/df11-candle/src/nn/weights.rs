@@ -335,7 +335,17 @@ impl ModelWeights {
             crate::load_profile::Phase::PlainTensors,
             t.data.len(),
             settle,
-            || Ok(Tensor::from_raw_buffer(t.data, src, shape, device)?.to_dtype(dtype)?),
+            || {
+                #[cfg(feature = "cuda")]
+                if let Device::Cuda(d) = device {
+                    let staged =
+                        crate::cuda::staged_copy::tensor_from_bytes(d, t.data, src, &shape.into())?;
+                    if let Some(x) = staged {
+                        return Ok(x.to_dtype(dtype)?);
+                    }
+                }
+                Ok(Tensor::from_raw_buffer(t.data, src, shape, device)?.to_dtype(dtype)?)
+            },
         )
     }
 
