@@ -129,8 +129,8 @@ impl TcTiling {
         let items_per_group = chunks * (8 / steps);
         // Enough items per tile for the 8 warps, within the partial-sum budget.
         let per_group = items_per_group * nb * 32;
-        let tile_groups = 8usize
-            .div_ceil(items_per_group)
+        let tile_groups = tile_groups_override()
+            .unwrap_or_else(|| 8usize.div_ceil(items_per_group))
             .min((MAX_PARTIAL_BYTES / per_group).max(1))
             .min(rows.div_ceil(8));
         Ok(Self {
@@ -238,6 +238,18 @@ fn steps_override() -> Option<usize> {
             .ok()
             .and_then(|s| s.parse().ok())
             .filter(|s: &usize| [1, 2, 4, 8].contains(s))
+    })
+}
+
+/// `DF11_TC_TILE_GROUPS` (1 to 32): row groups per CTA tile, for measurements (within the
+/// partial-sum budget); it changes no bit of output.
+fn tile_groups_override() -> Option<usize> {
+    static GROUPS: OnceLock<Option<usize>> = OnceLock::new();
+    *GROUPS.get_or_init(|| {
+        std::env::var("DF11_TC_TILE_GROUPS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .filter(|v: &usize| (1..=32).contains(v))
     })
 }
 
