@@ -29,6 +29,19 @@ if [ ! -f "$WORK/df11/config.json" ]; then
   du -sh "$WORK/bf16" "$WORK/df11" | tee -a "$LOG/compress.txt"
 fi
 [ -n "${E2E_OFFICIAL_ONLY:-}" ] || : > "$LOG/bench.jsonl"
+# The driver compiles the kernels' PTX at a process's first use of them and caches the result for
+# the machine (~/.nv/ComputeCache): on a fresh machine the first timed row (DF11) would pay ~3 s of
+# it in its load and warm the cache for the rows after it. One short untimed run of each format
+# first, so that every row's load is a load (E2E_COLD=1 skips it; docs/PERFORMANCE.md, session
+# 16, has the cold figures).
+if [ -z "${E2E_COLD:-}${E2E_OFFICIAL_ONLY:-}" ]; then
+  for fmt in df11 bf16; do
+    flag=""; [ "$fmt" = bf16 ] && flag="--bf16"
+    # shellcheck disable=SC2086
+    "$BIN/qwen3-df11-bench" --model-dir "$WORK/$fmt" $flag --prompt-tokens 16 --decode-tokens 2 \
+      > /dev/null 2>> "$LOG/bench.err" || echo "warm-up run ($fmt) failed"
+  done
+fi
 bench() {  # <label> <args...>
   local label=$1; shift
   if out=$("$BIN/qwen3-df11-bench" "$@" ${BENCH_ARGS:-} 2>> "$LOG/bench.err"); then
