@@ -33,10 +33,16 @@ fn main() {
     compile(&nvcc, &cap, &kernels, &out, "df11_pack");
     compile(&nvcc, &cap, &kernels, &out, "df11_tc");
     compile(&nvcc, &cap, &kernels, &out, "df11_tc_stream");
+    compile(&nvcc, &cap, &kernels, &out, "df11_tc_panel");
     compile(&nvcc, &cap, &kernels, &out, "llm_ops");
     compile(&nvcc, &cap, &kernels, &out, "decode_step");
     compile(&nvcc, &cap, &kernels, &out, "prefill_attention");
-    for header in ["df11_packed.cuh", "df11_tc.cuh", "llm_common.cuh"] {
+    for header in [
+        "df11_packed.cuh",
+        "df11_tc.cuh",
+        "df11_tc_stream.cuh",
+        "llm_common.cuh",
+    ] {
         println!("cargo:rerun-if-changed={}", kernels.join(header).display());
     }
 }

@@ -9,8 +9,9 @@
 //!
 //! `tc_probe layer BATCH...`: a Qwen3-8B layer's products as the decode step launches them (q/k/v
 //! stacked, o, gate/up stacked, down: four launches), cuBLAS BF16, the twin and DF11 (tile order,
-//! streaming), each timed eagerly and as a replayed CUDA graph of the four launches (PDL edges
-//! where `DF11_PDL` allows), with the DF11 bytes read per layer.
+//! streaming and panel kernels, `DF11_TC_PANEL` off and on), each timed eagerly and as a replayed
+//! CUDA graph of the four launches (PDL edges where `DF11_PDL` allows), with the DF11 bytes read
+//! per layer; checks every kernel's outputs bit for bit first.
 //!
 //! `tc_probe prefill M SLICE...`: the same layer's products at M rows the way a prompt runs them
 //! (the weight decoded, then cuBLAS), whole and by slices of SLICE weight rows (each slice
@@ -21,8 +22,8 @@ use std::time::Instant;
 
 use candle_core::{DType, Device, Module, Tensor};
 use df11_candle::{
-    encode_unit, set_fused_kernel, set_matmul_path, synth, Df11Group, Df11Linear, ExponentForm,
-    FusedKernel, MatmulPath, UnitLayout,
+    encode_unit, set_fused_kernel, set_matmul_path, set_tc_panel, synth, Df11Group, Df11Linear,
+    ExponentForm, FusedKernel, MatmulPath, UnitLayout,
 };
 
 fn time(dev: &Device, iters: usize, mut f: impl FnMut()) -> f64 {
@@ -110,7 +111,7 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
         "Qwen3-8B layer as launched {LAYER_AS_LAUNCHED:?}: DF11 {:.1} MB on the device",
         bytes as f64 / 1e6
     );
-    println!("batch | cuBLAS eager ms | cuBLAS graph ms | twin eager ms | twin graph ms | DF11 eager ms | DF11 graph ms | DF11 graph TB/s | DF11 / cuBLAS (graphs) | DF11 / twin (graphs)");
+    println!("batch | cuBLAS eager / graph ms | twin stream | twin panel | DF11 stream | DF11 panel (eager / graph ms) | DF11 panel TB/s | DF11 panel / cuBLAS | twin panel / cuBLAS | DF11 panel / DF11 stream (graphs)");
     set_fused_kernel(Some(FusedKernel::TensorCore));
     df11_candle::set_tc_stream(true);
     for &batch in batches {
@@ -124,15 +125,24 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
             }
         };
         set_matmul_path(MatmulPath::Fused);
-        for (i, x) in xs.iter().enumerate() {
-            let a = df11[i].forward(x)?.flatten_all()?.to_vec1::<half::bf16>()?;
-            let b = dense[i]
-                .forward(x)?
-                .flatten_all()?
-                .to_vec1::<half::bf16>()?;
+        // Every kernel's output, bit for bit: DF11 and the twin, panel kernels on and off.
+        let outputs = |ls: &[Df11Linear]| -> anyhow::Result<Vec<Vec<half::bf16>>> {
+            xs.iter()
+                .zip(ls)
+                .map(|(x, l)| Ok(l.forward(x)?.flatten_all()?.to_vec1::<half::bf16>()?))
+                .collect()
+        };
+        let mut seen = Vec::new();
+        for panel in [false, true] {
+            set_tc_panel(panel);
+            seen.push((format!("DF11, panel {panel}"), outputs(&df11)?));
+            seen.push((format!("twin, panel {panel}"), outputs(&dense)?));
+        }
+        for (name, o) in &seen[1..] {
             anyhow::ensure!(
-                a == b,
-                "matrix {i}: DF11 differs from the twin at batch {batch}"
+                *o == seen[0].1,
+                "{name} differs from {} at batch {batch}",
+                seen[0].0
             );
         }
         set_matmul_path(MatmulPath::Decode);
@@ -141,25 +151,27 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
             time_graph(dev, 20, || run(&dense))?,
         );
         set_matmul_path(MatmulPath::Fused);
-        let twin = (
-            time(dev, 20, || run(&dense)),
-            time_graph(dev, 20, || run(&dense))?,
-        );
-        let ours = (
-            time(dev, 20, || run(&df11)),
-            time_graph(dev, 20, || run(&df11))?,
-        );
+        let mut timed = Vec::new();
+        for panel in [false, true] {
+            set_tc_panel(panel);
+            for ls in [&dense, &df11] {
+                timed.push((time(dev, 20, || run(ls)), time_graph(dev, 20, || run(ls))?));
+            }
+        }
+        set_tc_panel(false);
+        let [twin_s, df11_s, twin_p, df11_p] = [timed[0], timed[1], timed[2], timed[3]];
+        let ms = |t: (f64, f64)| format!("{:.4} / {:.4}", t.0 * 1e3, t.1 * 1e3);
         println!(
-            "{batch:>5} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.2} | {:.2}x | {:.2}x",
-            cublas.0 * 1e3,
-            cublas.1 * 1e3,
-            twin.0 * 1e3,
-            twin.1 * 1e3,
-            ours.0 * 1e3,
-            ours.1 * 1e3,
-            bytes as f64 / ours.1 / 1e12,
-            cublas.1 / ours.1,
-            twin.1 / ours.1,
+            "{batch:>5} | {} | {} | {} | {} | {} | {:.2} | {:.2}x | {:.2}x | {:.2}x",
+            ms(cublas),
+            ms(twin_s),
+            ms(twin_p),
+            ms(df11_s),
+            ms(df11_p),
+            bytes as f64 / df11_p.1 / 1e12,
+            cublas.1 / df11_p.1,
+            cublas.1 / twin_p.1,
+            df11_s.1 / df11_p.1,
         );
     }
     set_fused_kernel(None);

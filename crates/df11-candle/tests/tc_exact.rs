@@ -15,6 +15,7 @@ use df11_candle::{
     encode_unit, fused_plan, set_matmul_path, synth, Df11Group, Df11Linear, ExponentForm,
     FusedKernel, MatmulPath, UnitLayout,
 };
+
 use half::bf16;
 use rand::{Rng, SeedableRng};
 
@@ -201,8 +202,9 @@ fn escape_heavy(
     w
 }
 
-/// The streaming kernels (`kernels/df11_tc_stream.cu`, `DF11_TC_STREAM`): DF11 over tiled members
-/// on 2048-element boundaries and the twin over any matrix, against the other kernels.
+/// The streaming and panel kernels (`kernels/df11_tc_stream.cu`, `DF11_TC_STREAM`;
+/// `kernels/df11_tc_panel.cu`, `DF11_TC_PANEL`): DF11 over tiled members on 2048-element
+/// boundaries and the twin over any matrix, against the other kernels.
 #[cfg(feature = "cuda")]
 #[test]
 fn streamed_members_agree_with_the_other_kernel_and_the_twin() {
@@ -256,14 +258,22 @@ fn streamed_members_agree_with_the_other_kernel_and_the_twin() {
         for batch in BATCHES {
             let (xh, x) = random_x(&mut rng, batch, cols, &device);
             let mut outs = Vec::new();
-            for stream in [true, false] {
-                df11_candle::set_tc_stream(stream);
-                outs.push(bits(&fused.forward(&x).unwrap()));
-                outs.push(bits(&twin.forward(&x).unwrap()));
+            for panel in [false, true] {
+                df11_candle::set_tc_panel(panel);
+                for stream in [true, false] {
+                    df11_candle::set_tc_stream(stream);
+                    outs.push(bits(&fused.forward(&x).unwrap()));
+                    outs.push(bits(&twin.forward(&x).unwrap()));
+                }
             }
             df11_candle::set_tc_stream(true);
+            df11_candle::set_tc_panel(false);
             let what = format!("streamed member {i} [{rows}, {cols}] batch {batch}");
             let names = ["DF11 streaming", "twin streaming", "DF11", "twin"];
+            let names = names
+                .iter()
+                .map(|n| format!("{n}, panel off"))
+                .chain(names.iter().map(|n| format!("{n}, panel on")));
             for (o, name) in outs.iter().zip(names).skip(1) {
                 assert!(*o == outs[0], "{what}: {name} differs from DF11 streaming");
             }

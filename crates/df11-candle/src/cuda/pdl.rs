@@ -193,6 +193,21 @@ pub(crate) unsafe fn launch(
     cfg: LaunchConfig,
     args: &mut RawArgs<'_>,
 ) -> candle_core::Result<()> {
+    // SAFETY: the caller's contract.
+    unsafe { launch_maybe(func, cfg, args, true) }
+}
+
+/// [`launch`], with the attribute only where `dependent` (else a plain launch of the same
+/// arguments).
+///
+/// # Safety
+/// As for [`launch`].
+pub(crate) unsafe fn launch_maybe(
+    func: &CudaFunction,
+    cfg: LaunchConfig,
+    args: &mut RawArgs<'_>,
+    dependent: bool,
+) -> candle_core::Result<()> {
     args.stream.context().bind_to_thread().w()?;
     // SAFETY: a zeroed attribute is a valid "no attribute" value; the union field set is the
     // one the attribute id names.
@@ -209,7 +224,7 @@ pub(crate) unsafe fn launch(
         sharedMemBytes: cfg.shared_mem_bytes,
         hStream: args.stream.cu_stream(),
         attrs: &mut attr,
-        numAttrs: 1,
+        numAttrs: u32::from(dependent),
     };
     // SAFETY: the caller's contract; `params` point at live values for the call's duration.
     unsafe {

@@ -1,0 +1,192 @@
+//! Launch code of the panel tensor-core kernels (`kernels/df11_tc_panel.cu`): a CTA's 8 warps on
+//! the same columns of 8 row groups, so x is read once a CTA instead of once a row group, and the
+//! columns of a row group split over CTAs, their items' sums added in item order by the warp that
+//! finishes a row group's last item. Same summation contract as every tensor-core kernel
+//! (`kernels/df11_tc.cu`): the choice changes speed, never a bit of output.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use candle_core::cuda_backend::cudarc::driver::{sys, CudaSlice, LaunchConfig};
+use candle_core::cuda_backend::CudaDevice;
+
+use crate::cuda::launch::{launch_config_in, smem_per_block_optin};
+use crate::cuda::setting::Setting;
+use crate::cuda::tc::TcTiling;
+
+pub(crate) const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_tc_panel.ptx"));
+pub(crate) const MODULE: &str = "df11_tc_panel";
+/// Row groups a launch may have: the counters a device keeps per host thread.
+const MAX_GROUPS: usize = 1 << 16;
+/// A warp's two stages of `TS_STAGE` (DF11) or `TS_TWIN_STAGE` bytes
+/// (kernels/df11_tc_stream.cuh), 8 warps.
+const DF11_RING_BYTES: usize = 8 * 2 * 3120;
+const TWIN_RING_BYTES: usize = 8 * 2 * 4096;
+/// The DF11 kernels' static escape table.
+const TABLE_BYTES: usize = 8 * 4096;
+
+/// `DF11_TC_PANEL` (`off`, the default, or `on`): whether the panel kernels take the products
+/// they can (tiled DF11 members in whole chunks, stacked or not, and every twin product). Off by
+/// default: measured slower than the streaming kernels at every batch size so far
+/// (docs/PERFORMANCE.md, session 17); kept for measurements and as the base of the 9-64-row
+/// kernel. Outputs are the same either way.
+static PANEL: Setting<bool> = Setting::new(
+    "DF11_TC_PANEL",
+    "panel setting",
+    &[("off", false), ("on", true)],
+);
+
+/// Turns the panel kernels on or off for the whole process (overrides `DF11_TC_PANEL`; outputs
+/// are the same either way).
+pub fn set_tc_panel(on: bool) {
+    PANEL.set(on);
+}
+
+/// Whether the panel kernels are wanted for a `[rows, _]` product (the setting and the
+/// counters' reach; not whether the launch finds its counters).
+pub(crate) fn wanted(rows: usize) -> bool {
+    PANEL.get() && rows.div_ceil(8) <= MAX_GROUPS
+}
+
+thread_local! {
+    /// Each host thread's row-group counters per CUDA context (candle queues a thread's work on
+    /// the per-thread default stream, so two threads' launches may overlap: they must not share
+    /// counters). Never replaced: a captured graph keeps the address.
+    static COUNTERS: RefCell<HashMap<usize, Rc<CudaSlice<u32>>>> = RefCell::new(HashMap::new());
+}
+
+/// This thread's zeroed counters on `dev`, created at first use, or `None` where they do not
+/// exist yet and the stream is capturing a graph (an allocation there would belong to the graph;
+/// the caller takes another kernel, with the same output).
+fn counters(dev: &CudaDevice) -> candle_core::Result<Option<Rc<CudaSlice<u32>>>> {
+    let key = dev.cuda_stream().context().cu_ctx() as usize;
+    if let Some(c) = COUNTERS.with(|m| m.borrow().get(&key).cloned()) {
+        return Ok(Some(c));
+    }
+    let capturing = dev.cuda_stream().capture_status().ok()
+        != Some(sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE);
+    if capturing {
+        return Ok(None);
+    }
+    let c = Rc::new(dev.alloc_zeros::<u32>(MAX_GROUPS)?);
+    COUNTERS.with(|m| m.borrow_mut().insert(key, c.clone()));
+    Ok(Some(c))
+}
+
+/// A panel launch: its configuration and kernel, the partial sums' buffer and the counters.
+pub(crate) struct PanelLaunch {
+    pub(crate) cfg: LaunchConfig,
+    pub(crate) name: &'static str,
+    pub(crate) partial: CudaSlice<f32>,
+    pub(crate) counters: Rc<CudaSlice<u32>>,
+}
+
+/// The kernel for `nb` rows of input: 8 (one m-tile, nb <= 8), 1, 2 or 4 m-tiles.
+fn kernel(nb: usize, twin: bool) -> &'static str {
+    match (twin, nb) {
+        (false, 0..=8) => "df11_tc_panel_8",
+        (false, 9..=16) => "df11_tc_panel_1",
+        (false, 17..=32) => "df11_tc_panel_2",
+        (false, _) => "df11_tc_panel_4",
+        (true, 0..=8) => "bf16_tc_panel_8",
+        (true, 9..=16) => "bf16_tc_panel_1",
+        (true, 17..=32) => "bf16_tc_panel_2",
+        (true, _) => "bf16_tc_panel_4",
+    }
+}
+
+/// Bytes of one x stage a row of input (`TP_X_ROW`: 256 columns).
+const X_ROW_BYTES: usize = 512;
+
+/// Shared memory an SM shares among its CTAs (H100: 228 KiB, 1 KiB of it reserved per CTA).
+const SM_SHARED_BYTES: usize = 228 * 1024;
+
+/// Dynamic shared memory of a launch at `nb` rows of input (two x stages, then the warps'
+/// rings) and the CTAs an SM runs: 2 up to 32 rows where they fit (the kernels' launch bounds),
+/// else 1; `None` where one CTA does not fit a device that allows `optin` bytes.
+fn layout(nb: usize, twin: bool, optin: usize) -> Option<(usize, u32)> {
+    let (ring, table) = if twin {
+        (TWIN_RING_BYTES, 0)
+    } else {
+        (DF11_RING_BYTES, TABLE_BYTES)
+    };
+    let smem = 2 * nb * X_ROW_BYTES + ring;
+    if smem + table > optin {
+        return None;
+    }
+    let two = nb <= 32 && 2 * (smem + table + 1024) <= SM_SHARED_BYTES;
+    Some((smem, if two { 2 } else { 1 }))
+}
+
+/// Whether a panel launch of a `[rows, _]` product at `nb` rows of input is wanted and fits `dev`
+/// (it may still find no counters under a graph capture: [`plan`]).
+pub(crate) fn takes(
+    dev: &CudaDevice,
+    rows: usize,
+    nb: usize,
+    twin: bool,
+) -> candle_core::Result<bool> {
+    Ok(wanted(rows) && layout(nb, twin, smem_per_block_optin(dev)?).is_some())
+}
+
+/// The panel launch of a `[rows, cols]` product (`tiling`'s items) at `nb` rows of input, or
+/// `None` where the panel kernels are not wanted or cannot run now (see [`counters`]).
+pub(crate) fn plan(
+    dev: &CudaDevice,
+    tiling: &TcTiling,
+    twin: bool,
+    rows: usize,
+    nb: usize,
+) -> candle_core::Result<Option<PanelLaunch>> {
+    if !wanted(rows) {
+        return Ok(None);
+    }
+    let Some((smem, per_sm)) = layout(nb, twin, smem_per_block_optin(dev)?) else {
+        return Ok(None);
+    };
+    let Some(counters) = counters(dev)? else {
+        return Ok(None);
+    };
+    let groups = rows.div_ceil(8);
+    let ipg = tiling.items_per_group();
+    // SAFETY: every item's sums are written by the kernel before any is read.
+    let partial = unsafe { dev.alloc::<f32>(groups * ipg * nb * 8) }?;
+    let tasks = groups.div_ceil(8) * ipg;
+    let name = kernel(nb, twin);
+    let cfg = launch_config_in(dev, MODULE, PTX, name, smem, tasks, per_sm)?;
+    Ok(Some(PanelLaunch {
+        cfg,
+        name,
+        partial,
+        counters,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_cover_every_batch_and_fit_an_sm() {
+        for nb in 1..=64 {
+            for twin in [false, true] {
+                let name = kernel(nb, twin);
+                assert_eq!(name.starts_with("bf16"), twin);
+            }
+        }
+        let optin = 227 * 1024;
+        for nb in 1..=64 {
+            for twin in [false, true] {
+                let (smem, per_sm) = layout(nb, twin, optin).unwrap();
+                let table = if twin { 0 } else { TABLE_BYTES };
+                assert!(per_sm as usize * (smem + table + 1024) <= SM_SHARED_BYTES);
+                assert!(per_sm == 1 || nb <= 32);
+                if nb <= 32 {
+                    assert_eq!(per_sm, 2, "{nb} rows, twin {twin}");
+                }
+            }
+        }
+        assert!(!wanted(8 * MAX_GROUPS + 1));
+    }
+}
