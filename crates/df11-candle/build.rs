@@ -1,4 +1,5 @@
-//! With the `cuda` feature, compiles `kernels/*.cu` to PTX with nvcc (embedded by `src/cuda/*.rs`).
+//! With the `cuda` feature, compiles `kernels/*.cu` with nvcc to fatbins (SASS and PTX, embedded by
+//! `src/cuda/*.rs` and loaded by `src/cuda/module.rs`).
 //! Target: `CUDA_COMPUTE_CAP` (e.g. `90`; default 80, whose PTX the driver JIT-compiles for any
 //! newer GPU). nvcc is found as `$NVCC`, `$CUDA_HOME/bin/nvcc` or on PATH; `DF11_NVCC_FLAGS` adds
 //! flags (e.g. `-DDF11_MIN_BLOCKS=4` to trade registers for occupancy).
@@ -27,16 +28,25 @@ fn main() {
             .map(|h| format!("{h}/bin/nvcc"))
             .unwrap_or_else(|_| "nvcc".into())
     });
-    compile(&nvcc, &cap, &kernels, &out, "df11_decode");
-    compile(&nvcc, &cap, &kernels, &out, "df11_fused");
-    compile(&nvcc, &cap, &kernels, &out, "df11_packed");
-    compile(&nvcc, &cap, &kernels, &out, "df11_pack");
-    compile(&nvcc, &cap, &kernels, &out, "df11_tc");
-    compile(&nvcc, &cap, &kernels, &out, "df11_tc_stream");
-    compile(&nvcc, &cap, &kernels, &out, "df11_tc_panel");
-    compile(&nvcc, &cap, &kernels, &out, "llm_ops");
-    compile(&nvcc, &cap, &kernels, &out, "decode_step");
-    compile(&nvcc, &cap, &kernels, &out, "prefill_attention");
+    let names = [
+        "df11_decode",
+        "df11_fused",
+        "df11_packed",
+        "df11_pack",
+        "df11_tc",
+        "df11_tc_stream",
+        "df11_tc_panel",
+        "llm_ops",
+        "decode_step",
+        "prefill_attention",
+    ];
+    // One nvcc per kernel file, side by side (ptxas takes most of the time).
+    std::thread::scope(|s| {
+        for name in names {
+            let (nvcc, cap, kernels, out) = (&nvcc, &cap, &kernels, &out);
+            s.spawn(move || compile(nvcc, cap, kernels, out, name));
+        }
+    });
     for header in [
         "df11_packed.cuh",
         "df11_tc.cuh",
@@ -47,19 +57,18 @@ fn main() {
     }
 }
 
-/// `kernels/<name>.cu` -> `$OUT_DIR/<name>.ptx`.
+/// `kernels/<name>.cu` -> `$OUT_DIR/<name>.fatbin`: SASS for `sm_<cap>` and the PTX of
+/// `compute_<cap>` (the driver compiles it for a newer GPU; cuda/module.rs loads the image).
 fn compile(nvcc: &str, cap: &str, kernels: &Path, out: &Path, name: &str) {
     let src = kernels.join(format!("{name}.cu"));
     println!("cargo:rerun-if-changed={}", src.display());
     let status = Command::new(nvcc)
-        .args([
-            "--ptx",
-            "-O3",
-            "-std=c++17",
-            &format!("-arch=compute_{cap}"),
-            "-o",
-        ])
-        .arg(out.join(format!("{name}.ptx")))
+        .args(["--fatbin", "-O3", "-std=c++17"])
+        .arg(format!(
+            "-gencode=arch=compute_{cap},code=[sm_{cap},compute_{cap}]"
+        ))
+        .arg("-o")
+        .arg(out.join(format!("{name}.fatbin")))
         .args(
             std::env::var("DF11_NVCC_FLAGS")
                 .unwrap_or_default()

@@ -14,10 +14,10 @@ use candle_core::op::BackpropOp;
 use candle_core::{CudaStorage, DType, Layout, Storage, Tensor};
 use half::bf16;
 
+use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::pdl::launch_kernel;
 
-const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode_step.ptx"));
-const MODULE: &str = "decode_step";
+const MODULE: Module = fatbin_module!("decode_step");
 const FD_THREADS: usize = 128;
 
 /// The CUDA storage of a storage guard, or an error naming `what`.
@@ -206,7 +206,7 @@ pub fn qk_norm_rope_kv(
     };
     let kind = i32::from(norms.is_some_and(|(qn, _)| qn.one_plus));
     let null: u64 = 0;
-    let func = dev.get_or_load_custom_func("qk_norm_rope_kv_bf16", MODULE, PTX)?;
+    let func = MODULE.func(&dev, "qk_norm_rope_kv_bf16")?;
     let cfg = LaunchConfig {
         grid_dim: (rows as u32, (heads + 2 * kv_heads) as u32, 1),
         block_dim: (32, 1, 1),
@@ -330,7 +330,7 @@ pub fn flash_decode(
         (_, 4) => "flash_decode_bf16_2_4",
         _ => "flash_decode_bf16_2_8",
     };
-    let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
+    let func = MODULE.func(&dev, name)?;
     let cfg = LaunchConfig {
         grid_dim: ((rows * kv_heads * gchunks) as u32, splits as u32, 1),
         block_dim: (FD_THREADS as u32, 1, 1),
@@ -352,7 +352,7 @@ pub fn flash_decode(
         launch_kernel!(dev, func, cfg; &qv, &cache, &pv, &slv, &h_, &kvh_, &d_, &sn_, &cap_, &gc_,
             &scale, &cap_f, &window_, &partial_o, &partial_ml)
     }?;
-    let func = dev.get_or_load_custom_func("flash_combine_bf16", MODULE, PTX)?;
+    let func = MODULE.func(&dev, "flash_combine_bf16")?;
     // (row, head) x 32-feature slices; 8 warps share the splits (COMBINE_THREADS).
     let cfg = LaunchConfig {
         grid_dim: ((rows * heads) as u32, d.div_ceil(32) as u32, 1),
@@ -401,7 +401,7 @@ pub fn add_rms_norm_bf16(
     let hv = bf16_from(cuda(&h_s, "h")?, h_l, "h")?;
     let wv = bf16_from(cuda(&w_s, "weight")?, w_l, "weight")?;
     let out = unsafe { dev.alloc::<bf16>(rows * n) }?;
-    let func = dev.get_or_load_custom_func("add_rms_norm_bf16", MODULE, PTX)?;
+    let func = MODULE.func(&dev, "add_rms_norm_bf16")?;
     let cfg = LaunchConfig {
         grid_dim: (rows as u32, 1, 1),
         block_dim: (256, 1, 1),

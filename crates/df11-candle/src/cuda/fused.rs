@@ -12,7 +12,7 @@ use half::bf16;
 
 use crate::cuda::launch::{
     bf16_view, check_gemv_call, cuda_only_op, gemv_name, launch_config, maxb_for, push_args,
-    CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE, PTX,
+    CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE,
 };
 use crate::cuda::segments::SegmentIndex;
 use crate::cuda::upload::{HostArray, Uploader};
@@ -139,7 +139,7 @@ impl CudaOp2 for Df11GemvOp<'_> {
         let cfg = launch_config(&dev, name, smem, tiling.tiles(rows))?;
         let xv = bf16_view(x, x_l, "x")?;
         let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
-        let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
+        let func = MODULE.func(&dev, name)?;
         let sm = sm.as_cuda_slice::<u8>()?;
         let unit = self.unit.scalars();
         let (nb_, rows_, cols_, base) = (nb as i32, rows as i32, cols as i32, self.base as i64);
@@ -197,7 +197,7 @@ pub(crate) fn decode_segments_on(
             header_bytes(unit.lut_rows),
             chunks.div_ceil(WARPS),
         )?;
-        let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
+        let func = MODULE.func(&dev, name)?;
         let sm = sm.as_cuda_slice::<u8>()?;
         let scalars = unit.scalars();
         let (begin, end) = (elements.start as i64, elements.end as i64);

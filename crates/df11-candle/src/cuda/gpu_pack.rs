@@ -19,14 +19,14 @@ use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, Layout};
 
 use crate::cuda::launch::{launch_config_in, push_args};
+use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::packed::{codes_of_table, members_pack, table_of_histogram, PackedExponents};
 use crate::cuda::packed_kernels::PackedBuffers;
 use crate::cuda::tile_order::TileOrder;
 use crate::error::{Df11Error, Result};
 use crate::format::unit::{UnitLayout, UnitTensors};
 
-const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_pack.ptx"));
-const MODULE: &str = "df11_pack";
+const MODULE: Module = fatbin_module!("df11_pack");
 /// Resident CTAs per SM the launches aim at (the kernels loop over their work).
 const CTAS: u32 = 4;
 
@@ -242,14 +242,13 @@ fn tile(
     // SAFETY: the kernel writes every element of both.
     let mut et = unsafe { device.alloc::<u8>(n) }?;
     let mut sm = unsafe { device.alloc::<u8>(n) }?;
-    let f = device.get_or_load_custom_func("df11_pack_tile", MODULE, PTX)?;
+    let f = MODULE.func(device, "df11_pack_tile")?;
     let (n_i64, nm) = (n as i64, members.len() as i32);
     let mut b = f.builder();
     push_args!(b; w, &n_i64, &ends, &cols, &nm, &mut et, &mut sm);
     let cfg = launch_config_in(
         device,
-        MODULE,
-        PTX,
+        &MODULE,
         "df11_pack_tile",
         0,
         n.div_ceil(8 * 256),
@@ -273,9 +272,9 @@ fn pack(
 ) -> Result<Option<DevicePacked>> {
     let stream = device.cuda_stream();
     let launch = |kernel: &'static str, work: usize| {
-        launch_config_in(device, MODULE, PTX, kernel, 0, work, CTAS)
+        launch_config_in(device, &MODULE, kernel, 0, work, CTAS)
     };
-    let func = |kernel: &'static str| device.get_or_load_custom_func(kernel, MODULE, PTX);
+    let func = |kernel: &'static str| MODULE.func(device, kernel);
     let n_members = members.len();
     let n_i64 = n as i64;
 

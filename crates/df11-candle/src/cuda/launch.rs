@@ -13,6 +13,7 @@ use candle_core::{CpuStorage, CudaStorage, DType, Layout, Shape, Tensor};
 use half::bf16;
 
 use crate::cuda::matmul::{fused_plan, FusedKernel, FUSED_LIMIT_ROWS};
+use crate::cuda::module::{fatbin_module, Module};
 
 /// What a CUDA op returns: its output and the output's shape.
 pub(crate) type CudaOut = candle_core::Result<(CudaStorage, Shape)>;
@@ -89,10 +90,8 @@ macro_rules! push_args {
 }
 pub(crate) use push_args;
 
-/// The PTX of `kernels/df11_fused.cu` and its module name (the fused, packed-fused and twin
-/// kernels live in it).
-pub(crate) const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_fused.ptx"));
-pub(crate) const MODULE: &str = "df11_fused";
+/// The module of `kernels/df11_fused.cu` (the fused, packed-fused and twin kernels live in it).
+pub(crate) const MODULE: Module = fatbin_module!("df11_fused");
 pub(crate) const THREADS: u32 = 256;
 /// Columns per chunk (one warp's work item); the twin and the DF11 kernel must agree on it.
 pub(crate) const CHUNK_WIDTH: usize = 2048;
@@ -129,7 +128,7 @@ pub(crate) fn launch_config_with(
     work: usize,
     ctas_per_sm: u32,
 ) -> candle_core::Result<LaunchConfig> {
-    launch_config_in(dev, MODULE, PTX, name, smem, work, ctas_per_sm)
+    launch_config_in(dev, &MODULE, name, smem, work, ctas_per_sm)
 }
 
 /// Bytes of shared memory one CTA may take on `dev`, static and dynamic together, once a kernel
@@ -142,11 +141,10 @@ pub(crate) fn smem_per_block_optin(dev: &CudaDevice) -> candle_core::Result<usiz
         .w()? as usize)
 }
 
-/// [`launch_config_with`] for kernel `name` of module `module` (PTX `ptx`).
+/// [`launch_config_with`] for kernel `name` of `module`.
 pub(crate) fn launch_config_in(
     dev: &CudaDevice,
-    module: &'static str,
-    ptx: &'static str,
+    module: &Module,
     name: &'static str,
     smem: usize,
     work: usize,
@@ -163,8 +161,8 @@ pub(crate) fn launch_config_in(
     }
     if smem > 48 * 1024 {
         // Set on every such launch: the attribute belongs to the function handle, and each
-        // CudaDevice (e.g. one per test) loads its own copy of the module. The call is cheap.
-        let func = dev.get_or_load_custom_func(name, module, ptx)?;
+        // context loads its own copy of the module. The call is cheap.
+        let func = module.func(dev, name)?;
         func.set_attribute(
             CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             smem as i32,

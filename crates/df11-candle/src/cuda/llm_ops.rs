@@ -9,10 +9,10 @@ use candle_core::{CudaStorage, DType, Layout, Tensor};
 use half::bf16;
 
 use crate::cuda::launch::{cuda_only_op, CudaOp1, CudaOp2, CudaOut};
+use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::pdl::launch_kernel;
 
-const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/llm_ops.ptx"));
-const MODULE: &str = "llm_ops";
+const MODULE: Module = fatbin_module!("llm_ops");
 /// `OPS_THREADS` of kernels/llm_ops.cu.
 const OPS_THREADS: u32 = 256;
 /// `ARGMAX_THREADS` and `ARGMAX_CHUNK` of kernels/llm_ops.cu.
@@ -100,7 +100,7 @@ impl CudaOp1 for SoftmaxOp {
         let dev = x.device().clone();
         let out = crate::cuda::launch::alloc_out(&dev, xv.len())?;
         if rows > 0 {
-            let func = dev.get_or_load_custom_func("softmax_scaled_bf16", MODULE, PTX)?;
+            let func = MODULE.func(&dev, "softmax_scaled_bf16")?;
             let cfg = per_row(rows);
             let n_arg = n as i32;
             // SAFETY: x and out hold rows * n BF16 values; the kernel waits (pdl_begin) first.
@@ -132,7 +132,7 @@ impl CudaOp2 for SiluMulOp {
         let dev = g.device().clone();
         let out = crate::cuda::launch::alloc_out(&dev, n)?;
         if n > 0 {
-            let func = dev.get_or_load_custom_func("silu_mul_bf16", MODULE, PTX)?;
+            let func = MODULE.func(&dev, "silu_mul_bf16")?;
             let cfg = elementwise(n);
             let n_arg = n as i64;
             // SAFETY: g, u and out hold n BF16 values; the kernel waits (pdl_begin) first.
@@ -169,7 +169,7 @@ impl CudaOp1 for SiluMulHalvesOp {
         let out = crate::cuda::launch::alloc_out(&dev, rows * inter)?;
         let n = rows * inter;
         if n > 0 {
-            let func = dev.get_or_load_custom_func("silu_mul_halves_bf16", MODULE, PTX)?;
+            let func = MODULE.func(&dev, "silu_mul_halves_bf16")?;
             let cfg = elementwise(n);
             let (rows_arg, inter_arg) = (rows as i64, inter as i64);
             // SAFETY: x holds rows * 2 inter BF16 values, out rows * inter; the kernel waits
@@ -219,20 +219,20 @@ impl CudaOp1 for ArgmaxOp {
             match x.dtype() {
                 DType::BF16 => {
                     let xv = x.as_cuda_slice::<bf16>()?.slice(a..b);
-                    let func = dev.get_or_load_custom_func("argmax_chunks_bf16", MODULE, PTX)?;
+                    let func = MODULE.func(&dev, "argmax_chunks_bf16")?;
                     // SAFETY: x holds rows * n contiguous BF16 values, best rows * chunks u64; the
                     // kernel waits (pdl_begin) first.
                     unsafe { launch_kernel!(dev, func, cfg; &xv, &best, &n_arg) }?;
                 }
                 DType::F32 => {
                     let xv = x.as_cuda_slice::<f32>()?.slice(a..b);
-                    let func = dev.get_or_load_custom_func("argmax_chunks_f32", MODULE, PTX)?;
+                    let func = MODULE.func(&dev, "argmax_chunks_f32")?;
                     // SAFETY: as above, F32 values.
                     unsafe { launch_kernel!(dev, func, cfg; &xv, &best, &n_arg) }?;
                 }
                 other => candle_core::bail!("argmax_last_dim takes BF16 or F32, not {other:?}"),
             }
-            let func = dev.get_or_load_custom_func("argmax_pick", MODULE, PTX)?;
+            let func = MODULE.func(&dev, "argmax_pick")?;
             let cfg = LaunchConfig {
                 grid_dim: (rows as u32, 1, 1),
                 block_dim: (32, 1, 1),
@@ -277,7 +277,7 @@ impl CudaOp2 for RmsNormOp {
         let wv = w.as_cuda_slice::<bf16>()?.slice(wa..wb);
         let out = unsafe { dev.alloc::<bf16>(rows * n) }?;
         if rows > 0 {
-            let func = dev.get_or_load_custom_func("rms_norm_bf16", MODULE, PTX)?;
+            let func = MODULE.func(&dev, "rms_norm_bf16")?;
             let cfg = per_row(rows);
             let n_arg = n as i32;
             // SAFETY: x holds rows * n BF16 values, w holds n, out rows * n; the kernel waits

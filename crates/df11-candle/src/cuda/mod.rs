@@ -10,7 +10,7 @@
 //! These builders (the packed form from `exponent_walk`'s checked CPU decode), and [`matmul`] (which path a product takes), are plain host code, compiled
 //! and tested everywhere (`setting`: how the matmul path and the exponent form are set and read
 //! from the environment). With the `cuda` feature the launch code comes in (`kernels/*.cu`,
-//! compiled to PTX by the build script; their contracts are in `kernels/README.md`):
+//! compiled by the build script to fatbins: SASS for `CUDA_COMPUTE_CAP` and its PTX; their contracts are in `kernels/README.md`):
 //! - `unit`: a unit's device buffers and the block decode kernel (`df11_decode.cu`);
 //! - `fused`: the fused decode + matrix-vector kernel over the Huffman form and the segment
 //!   decode kernel (`df11_fused.cu`);
@@ -30,6 +30,8 @@
 //! - `upload`: host arrays to the device, at once or on a copy stream (offloaded units);
 //! - `staged_copy`: large copies at load through pinned buffers filled by several threads;
 //! - [`streams`]: one stream waiting for another's work (copy stream, another GPU);
+//! - `module`: our kernels' modules, loaded once per CUDA context from the build's fatbins (SASS
+//!   for `CUDA_COMPUTE_CAP` and its PTX);
 //! - `launch`: what every launch shares (grid sizing, tiling, argument checks, the CUDA-only
 //!   op wrapper, `push_args!`).
 
@@ -53,6 +55,8 @@ pub use gpu_pack::build_on_gpu_to_host;
 pub(crate) mod launch;
 #[cfg(feature = "cuda")]
 pub mod llm_ops;
+#[cfg(feature = "cuda")]
+pub(crate) mod module;
 #[cfg(feature = "cuda")]
 pub(crate) mod packed_kernels;
 #[cfg(feature = "cuda")]

@@ -16,15 +16,15 @@ use half::bf16;
 
 use crate::cuda::launch::{
     bf16_view, check_gemv_call, cuda_only_op, launch_config, launch_config_with, maxb_for,
-    push_args, CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE, PTX,
+    push_args, CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE,
 };
+use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::packed::PackedExponents;
 use crate::cuda::pdl::RawArgs;
 use crate::cuda::tile_order::TileOrder;
 use crate::cuda::upload::{HostArray, Uploader};
 
-const DECODE_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_packed.ptx"));
-const DECODE_MODULE: &str = "df11_packed";
+const DECODE_MODULE: Module = fatbin_module!("df11_packed");
 
 /// A unit's packed exponents on the device.
 pub(crate) struct PackedBuffers {
@@ -345,7 +345,7 @@ impl CudaOp2 for PackedGemvOp<'_> {
         let cfg = launch_config_with(&dev, name, smem, tiling.tiles(rows), ctas)?;
         let xv = bf16_view(x, x_l, "x")?;
         let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
-        let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
+        let func = MODULE.func(&dev, name)?;
         let sm = sm.as_cuda_slice::<u8>()?;
         let [t0, t1] = u.host_tables[member];
         let n_elements = u.n_elements as i64;
@@ -414,7 +414,7 @@ pub(crate) fn decode_packed_on(
         let chunks = visit.end.div_ceil(2048) - visit.start / 2048;
         // 256 threads, a chunk per warp, at most 4 CTAs per SM resident at once.
         let cfg = launch_config(&dev, name, 0, chunks.div_ceil(8))?;
-        let func = dev.get_or_load_custom_func(name, DECODE_MODULE, DECODE_PTX)?;
+        let func = DECODE_MODULE.func(&dev, name)?;
         let sm = sm.as_cuda_slice::<u8>()?;
         let n_members = unit.members.len() as i32;
         let n_elements = unit.n_elements as i64;

@@ -12,9 +12,9 @@ use half::bf16;
 
 use super::decode_step::{bf16_from, cache_dims, cuda, wrap};
 use crate::cuda::launch::push_args;
+use crate::cuda::module::{fatbin_module, Module};
 
-const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/prefill_attention.ptx"));
-const MODULE: &str = "prefill_attention";
+const MODULE: Module = fatbin_module!("prefill_attention");
 /// Query rows (token x query head of one kv head) per CTA (`PA_BM`).
 const BLOCK_ROWS: usize = 64;
 const THREADS: u32 = 128;
@@ -105,7 +105,7 @@ pub fn prefill_attention(
     let qv = bf16_from(q_s, q_l, "q")?;
     let cache = bf16_from(cuda(&kv_s, "kv cache")?, kv_l, "kv cache")?;
     let out = unsafe { dev.alloc::<bf16>(tokens * heads * d) }?;
-    let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
+    let func = MODULE.func(&dev, name)?;
     if smem > 48 * 1024 {
         use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute_enum;
         func.set_attribute(

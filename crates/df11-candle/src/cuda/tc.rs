@@ -16,19 +16,18 @@ use crate::cuda::launch::{
     CudaOp2, CudaOut,
 };
 use crate::cuda::matmul::{tc_shape, TC_LIMIT_ROWS};
+use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::packed_kernels::PackedBuffers;
 use crate::cuda::pdl::{self, RawArgs};
 use crate::cuda::setting::Setting;
 use crate::cuda::tc_panel;
 
-const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_tc.ptx"));
-const MODULE: &str = "df11_tc";
+const MODULE: Module = fatbin_module!("df11_tc");
 /// Bytes of the packed kernel's exponent table (4096 words) before the partial sums.
 const TABLE_BYTES: usize = 16384;
 /// Partial-sum bytes a CTA tile may take.
 const MAX_PARTIAL_BYTES: usize = 64 * 1024;
-const STREAM_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_tc_stream.ptx"));
-const STREAM_MODULE: &str = "df11_tc_stream";
+const STREAM_MODULE: Module = fatbin_module!("df11_tc_stream");
 /// The streaming DF11 kernel's escape table (kernels/df11_tc_stream.cu: two arrays of 4096
 /// words, static shared memory).
 const STREAM_TABLE_BYTES: usize = 8 * 4096;
@@ -41,16 +40,16 @@ const STREAM_RING_STAGES: usize = 8 * 2;
 /// Shared memory of one SM its CTAs may share (H100: 228 KiB, 1 KiB of it reserved per CTA).
 const SM_SHARED_BYTES: usize = 228 * 1024;
 
-/// The streaming kernels' module: its name, its PTX and the stages of a warp's ring
-/// (`STREAM_RING_STAGES / 8` for the embedded one). For kernel measurements,
-/// `DF11_TC_STREAM_PTX` names a PTX file built from `kernels/df11_tc_stream.cu` with other `-D`
-/// settings (`scripts/gpu-tc-variants.sh`), and `DF11_TC_STREAM_DEPTH` its `TS_DEPTH`; a file
-/// that cannot be read is an error at the first launch, never a silent fallback.
-fn stream_module() -> candle_core::Result<(&'static str, &'static str, usize)> {
-    static MODULE: OnceLock<Result<(&'static str, &'static str, usize), String>> = OnceLock::new();
+/// The streaming kernels' module and the stages of a warp's ring (`STREAM_RING_STAGES / 8` for
+/// the built one). For kernel measurements, `DF11_TC_STREAM_PTX` names a PTX file built from
+/// `kernels/df11_tc_stream.cu` with other `-D` settings (`scripts/gpu-tc-variants.sh`), and
+/// `DF11_TC_STREAM_DEPTH` its `TS_DEPTH`; a file that cannot be read is an error at the first
+/// launch, never a silent fallback.
+fn stream_module() -> candle_core::Result<(Module, usize)> {
+    static MODULE: OnceLock<Result<(Module, usize), String>> = OnceLock::new();
     let m = MODULE.get_or_init(|| {
         let Some(path) = std::env::var_os("DF11_TC_STREAM_PTX") else {
-            return Ok((STREAM_MODULE, STREAM_PTX, STREAM_RING_STAGES / 8));
+            return Ok((STREAM_MODULE, STREAM_RING_STAGES / 8));
         };
         let ptx = std::fs::read_to_string(&path)
             .map_err(|e| format!("DF11_TC_STREAM_PTX {}: {e}", path.to_string_lossy()))?;
@@ -62,11 +61,8 @@ fn stream_module() -> candle_core::Result<(&'static str, &'static str, usize)> {
                 .ok_or_else(|| format!("DF11_TC_STREAM_DEPTH {d:?}: not 2 to 8"))?,
             Err(_) => STREAM_RING_STAGES / 8,
         };
-        Ok((
-            "df11_tc_stream_override",
-            &*Box::leak(ptx.into_boxed_str()),
-            depth,
-        ))
+        let text: &'static str = Box::leak(ptx.into_boxed_str());
+        Ok((Module::ptx("df11_tc_stream_override", text), depth))
     });
     m.clone().map_err(candle_core::Error::msg)
 }
@@ -183,7 +179,7 @@ impl TcTiling {
         } else {
             (STREAM_TABLE_BYTES, STREAM_STAGE_BYTES)
         };
-        let depth = stream_module().map_or(STREAM_RING_STAGES / 8, |(_, _, d)| d);
+        let depth = stream_module().map_or(STREAM_RING_STAGES / 8, |(_, d)| d);
         let ring = 8 * depth * stage;
         let partial = self.partial_bytes(nb).next_multiple_of(16);
         for per_sm in [2u32, 1] {
@@ -293,8 +289,7 @@ fn config(
     let name = tiling.kernel(twin);
     let cfg = launch_config_in(
         dev,
-        MODULE,
-        PTX,
+        &MODULE,
         name,
         smem,
         tiling.tiles(rows),
@@ -322,11 +317,10 @@ fn stream_config(
         return Ok(None);
     };
     let name = tiling.stream_kernel(nb, twin);
-    let (module, ptx, _) = stream_module()?;
+    let (module, _) = stream_module()?;
     let cfg = launch_config_in(
         dev,
-        module,
-        ptx,
+        &module,
         name,
         plan.smem,
         tiling.tiles(rows),
@@ -450,7 +444,7 @@ impl CudaOp2 for PackedTcOp<'_> {
         if tiled && self.whole_chunks() {
             if let Some(p) = tc_panel::plan(&dev, &tiling, false, rows, nb)? {
                 let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
-                let func = dev.get_or_load_custom_func(p.name, tc_panel::MODULE, tc_panel::PTX)?;
+                let func = tc_panel::MODULE.func(&dev, p.name)?;
                 let (nb_, rows_, cols_, base_) = (nb as i32, rows as i32, cols as i32, base as i64);
                 let steps = tiling.steps as i32;
                 let [[t0, t1], [t0b, t1b], [t0c, t1c]] = tables;
@@ -485,18 +479,15 @@ impl CudaOp2 for PackedTcOp<'_> {
             candle_core::bail!("df11: stacked members need the streaming tensor-core kernel");
         }
         let plan = streamed.map(|(_, _, plan)| plan);
-        let (cfg, name, module, ptx) = match streamed {
-            Some((cfg, name, _)) => {
-                let (module, ptx, _) = stream_module()?;
-                (cfg, name, module, ptx)
-            }
+        let (cfg, name, module) = match streamed {
+            Some((cfg, name, _)) => (cfg, name, stream_module()?.0),
             None => {
                 let (cfg, _) = config(&dev, &tiling, false, rows, nb)?;
-                (cfg, tiling.kernel(false), MODULE, PTX)
+                (cfg, tiling.kernel(false), MODULE)
             }
         };
         let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
-        let func = dev.get_or_load_custom_func(name, module, ptx)?;
+        let func = module.func(&dev, name)?;
         let (nb_, rows_, cols_, base_) = (nb as i32, rows as i32, cols as i32, base as i64);
         let (groups, steps) = (tiling.tile_groups as i32, tiling.steps as i32);
         let tiled_ = tiled as i32;
@@ -573,7 +564,7 @@ impl CudaOp2 for TwinTcOp {
             let wv = bf16_view(w, w_l, "the weight")?;
             let xv = bf16_view(x, x_l, "x")?;
             let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
-            let func = dev.get_or_load_custom_func(p.name, tc_panel::MODULE, tc_panel::PTX)?;
+            let func = tc_panel::MODULE.func(&dev, p.name)?;
             let (nb_, rows_, cols_, steps) =
                 (nb as i32, rows as i32, cols as i32, tiling.steps as i32);
             let mut b = func.builder();
@@ -594,20 +585,17 @@ impl CudaOp2 for TwinTcOp {
             None
         };
         let plan = streamed.map(|(_, _, plan)| plan);
-        let (cfg, name, module, ptx) = match streamed {
-            Some((cfg, name, _)) => {
-                let (module, ptx, _) = stream_module()?;
-                (cfg, name, module, ptx)
-            }
+        let (cfg, name, module) = match streamed {
+            Some((cfg, name, _)) => (cfg, name, stream_module()?.0),
             None => {
                 let (cfg, _) = config(&dev, &tiling, true, rows, nb)?;
-                (cfg, tiling.kernel(true), MODULE, PTX)
+                (cfg, tiling.kernel(true), MODULE)
             }
         };
         let wv = bf16_view(w, w_l, "the weight")?;
         let xv = bf16_view(x, x_l, "x")?;
         let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
-        let func = dev.get_or_load_custom_func(name, module, ptx)?;
+        let func = module.func(&dev, name)?;
         let (nb_, rows_, cols_) = (nb as i32, rows as i32, cols as i32);
         let (groups, steps) = (tiling.tile_groups as i32, tiling.steps as i32);
         // Not a programmatic dependent launch (cuda/pdl.rs): its weights may come from the

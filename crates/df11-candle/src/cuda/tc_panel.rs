@@ -12,11 +12,11 @@ use candle_core::cuda_backend::cudarc::driver::{sys, CudaSlice, LaunchConfig};
 use candle_core::cuda_backend::CudaDevice;
 
 use crate::cuda::launch::{launch_config_in, smem_per_block_optin};
+use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::setting::Setting;
 use crate::cuda::tc::TcTiling;
 
-pub(crate) const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_tc_panel.ptx"));
-pub(crate) const MODULE: &str = "df11_tc_panel";
+pub(crate) const MODULE: Module = fatbin_module!("df11_tc_panel");
 /// Row groups a launch may have: the counters a device keeps per host thread.
 const MAX_GROUPS: usize = 1 << 16;
 /// A warp's two stages of `TS_STAGE` (DF11) or `TS_TWIN_STAGE` bytes
@@ -154,7 +154,7 @@ pub(crate) fn plan(
     let partial = unsafe { dev.alloc::<f32>(groups * ipg * nb * 8) }?;
     let tasks = groups.div_ceil(8) * ipg;
     let name = kernel(nb, twin);
-    let cfg = launch_config_in(dev, MODULE, PTX, name, smem, tasks, per_sm)?;
+    let cfg = launch_config_in(dev, &MODULE, name, smem, tasks, per_sm)?;
     Ok(Some(PanelLaunch {
         cfg,
         name,

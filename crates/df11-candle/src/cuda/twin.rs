@@ -10,7 +10,7 @@ use half::bf16;
 
 use crate::cuda::launch::{
     apply_rows, bf16_view, cuda_only_op, fused_kernel, gemv_name, launch_config, maxb_for,
-    push_args, CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE, PTX,
+    push_args, CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE,
 };
 use crate::cuda::matmul::{FusedKernel, FUSED_LIMIT_ROWS};
 use crate::cuda::tc::TwinTcOp;
@@ -73,7 +73,7 @@ impl CudaOp2 for TwinGemvOp {
         let wv = bf16_view(w, w_l, "the weight")?;
         let xv = bf16_view(x, x_l, "x")?;
         let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
-        let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
+        let func = MODULE.func(&dev, name)?;
         let (nb_, rows_, cols_) = (nb as i32, rows as i32, cols as i32);
         let (tile_rows, width) = (tiling.tile_rows as i32, CHUNK_WIDTH as i32);
         let mut b = func.builder();

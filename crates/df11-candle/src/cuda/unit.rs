@@ -1,5 +1,5 @@
 //! The CUDA path: a unit's device buffers and the launch of the decode kernel
-//! (`kernels/df11_decode.cu`, compiled to PTX by the build script and embedded here).
+//! (`kernels/df11_decode.cu`, compiled by the build script and embedded here).
 //!
 //! The kernel trusts only metadata the host validated ([`UnitLayout`]); whatever the bitstream
 //! and gaps hold, it stays in bounds and reports inconsistencies in a status word, which
@@ -17,14 +17,14 @@ use candle_core::{CudaStorage, Layout, Shape};
 
 use crate::codec::decode::{block_elements, decode_base};
 use crate::cuda::launch::push_args;
+use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::packed::{unit_exponents, ExponentForm, PackedExponents};
 use crate::cuda::tile_order::{tile_members, TileOrder};
 use crate::cuda::upload::{HostArray, Uploader};
 use crate::error::{Df11Error, Result, UnitDefect};
 use crate::format::unit::{UnitLayout, UnitTensors};
 
-const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/df11_decode.ptx"));
-const MODULE: &str = "df11_decode";
+const MODULE: Module = fatbin_module!("df11_decode");
 const KERNEL: &str = "df11_decode";
 const THREADS: u32 = 512;
 
@@ -398,7 +398,7 @@ impl CudaUnit {
             segments,
         } = arrays;
         let status = std::sync::Mutex::new(device.alloc_zeros::<u32>(1)?);
-        let func = device.get_or_load_custom_func(KERNEL, MODULE, PTX)?;
+        let func = MODULE.func(device, KERNEL)?;
         let ctx = device.cuda_stream().context().clone();
         let sms = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
@@ -527,7 +527,7 @@ impl CudaUnit {
         }
         if !blocks.is_empty() {
             let sm = sign_mantissa.as_cuda_slice::<u8>()?;
-            let func = dev.get_or_load_custom_func(KERNEL, MODULE, PTX)?;
+            let func = MODULE.func(&dev, KERNEL)?;
             let n_blocks = blocks.len() as u32;
             let grid = n_blocks.min(h.sms * h.ctas_per_sm);
             let cfg = LaunchConfig {
