@@ -183,6 +183,12 @@ if [ -z "${ONLY_SANITIZE:-}" ]; then
     variant_run row-order DF11_TILE=off "model@models/$m-df11" "df11_logits_equal_bf16 decode_paths_agree"
   done
   variant_run no-stream DF11_TC_STREAM=off model@models/qwen3-df11 "df11_logits_equal_bf16 decode_paths_agree"
+  # The panel tensor-core kernels (DF11_TC_PANEL=on; off by default): through whole models, graph
+  # captures included (their row-group counters are created before a capture).
+  variant_run panel DF11_TC_PANEL=on modules_exact
+  for m in qwen3 gemma3; do
+    variant_run panel DF11_TC_PANEL=on "model@models/$m-df11" "df11_logits_equal_bf16 decode_paths_agree split_layers"
+  done
   # Every tensor-core shape tiled (DF11_TILE=all; the default tiles whole 2048-column chunks, which
   # the fixtures' widths are not): the tiled path through whole models.
   for m in qwen3 gemma3; do

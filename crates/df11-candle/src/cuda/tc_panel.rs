@@ -50,21 +50,29 @@ pub(crate) fn wanted(rows: usize) -> bool {
 }
 
 thread_local! {
-    /// Each host thread's row-group counters per CUDA context (candle queues a thread's work on
-    /// the per-thread default stream, so two threads' launches may overlap: they must not share
-    /// counters). Never replaced: a captured graph keeps the address.
-    static COUNTERS: RefCell<HashMap<usize, Rc<CudaSlice<u32>>>> = RefCell::new(HashMap::new());
+    /// Row-group counters per host thread, CUDA context and stream: launches on two streams may
+    /// overlap (df11-llm gives each device object a stream of its own, and two of them may share
+    /// a GPU), and so may two threads' on the per-thread default stream (one handle for every
+    /// thread). Never replaced: a captured graph keeps the address.
+    static COUNTERS: RefCell<Counters> = RefCell::new(HashMap::new());
 }
 
-/// This thread's zeroed counters on `dev`, created at first use, or `None` where they do not
+/// Counters by (CUDA context, stream handle).
+type Counters = HashMap<(usize, usize), Rc<CudaSlice<u32>>>;
+
+/// This thread's zeroed counters for `dev`'s stream, created at first use, or `None` where they do not
 /// exist yet and the stream is capturing a graph (an allocation there would belong to the graph;
 /// the caller takes another kernel, with the same output).
 fn counters(dev: &CudaDevice) -> candle_core::Result<Option<Rc<CudaSlice<u32>>>> {
-    let key = dev.cuda_stream().context().cu_ctx() as usize;
+    let stream = dev.cuda_stream();
+    let key = (
+        stream.context().cu_ctx() as usize,
+        stream.cu_stream() as usize,
+    );
     if let Some(c) = COUNTERS.with(|m| m.borrow().get(&key).cloned()) {
         return Ok(Some(c));
     }
-    let capturing = dev.cuda_stream().capture_status().ok()
+    let capturing = stream.capture_status().ok()
         != Some(sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE);
     if capturing {
         return Ok(None);
