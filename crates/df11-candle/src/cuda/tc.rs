@@ -367,8 +367,8 @@ impl PackedTcOp<'_> {
         self.cols.is_multiple_of(2048) && self.base.is_multiple_of(2048)
     }
 
-    /// Whether the streaming or panel kernel may take a tiled matrix (one member or stacked) at `nb` rows
-    /// of input on `dev`.
+    /// Whether the streaming or panel kernel may take a tiled matrix (one member or stacked) at
+    /// `nb` rows of input on `dev`.
     fn streams(&self, nb: usize, dev: &CudaDevice) -> candle_core::Result<bool> {
         if !self.whole_chunks() {
             return Ok(false);
@@ -439,30 +439,18 @@ impl CudaOp2 for PackedTcOp<'_> {
         let tiling = TcTiling::new(rows, cols, nb)?;
         let xv = bf16_view(x, x_l, "x")?;
         let sm = sm.as_cuda_slice::<u8>()?;
-        // Tiled members whose sub-steps are whole packed chunks: the panel kernel from its rows
-        // of input, else the streaming kernel (the same output).
+        // Tiled members whose sub-steps are whole packed chunks: the panel kernel where
+        // `DF11_TC_PANEL` is on, else the streaming kernel (the same output).
         if tiled && self.whole_chunks() {
-            if let Some(p) = tc_panel::plan(&dev, &tiling, false, rows, nb)? {
-                let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
-                let func = tc_panel::MODULE.func(&dev, p.name)?;
-                let (nb_, rows_, cols_, base_) = (nb as i32, rows as i32, cols as i32, base as i64);
-                let steps = tiling.steps as i32;
-                let [[t0, t1], [t0b, t1b], [t0c, t1c]] = tables;
-                let stream = dev.cuda_stream();
-                let mut a = RawArgs::new(&stream);
-                u.push_packed_raw(&mut a);
-                a.scalar(&t0).scalar(&t1).scalar(&t0b).scalar(&t1b);
-                a.scalar(&t0c).scalar(&t1c).scalar(&g1).scalar(&g2);
-                a.buffer(sm).buffer(&xv).buffer(&out);
-                a.buffer(&p.partial).buffer(&*p.counters);
-                a.scalar(&nb_).scalar(&rows_).scalar(&cols_).scalar(&base_);
-                a.scalar(&steps);
-                // SAFETY: the streaming kernel's guarantees (below: whole chunks of a tiled
-                // member or of stacked tiled members, validated buffers), with the partial sums'
-                // buffer of the row groups' items (`tc_panel::plan`) and this thread's zeroed
-                // counters, one per row group; arguments in TP_PACKED_ARGS order. With PDL it
-                // reads only the weights before its griddepcontrol.wait.
-                unsafe { pdl::launch_maybe(&func, p.cfg, &mut a, pdl::available(&dev)?) }?;
+            let matrix = tc_panel::PanelMatrix {
+                unit: u,
+                sign_mantissa: sm,
+                tables,
+                g1,
+                g2,
+                base,
+            };
+            if let Some(out) = tc_panel::df11(&dev, &tiling, &matrix, &xv, rows, cols, nb)? {
                 return Ok((
                     CudaStorage::wrap_cuda_slice(out, dev),
                     Shape::from((nb, rows)),
@@ -560,20 +548,9 @@ impl CudaOp2 for TwinTcOp {
         let (rows, cols) = w_l.shape().dims2()?;
         let nb = check_rows(x_l, cols, TC_LIMIT_ROWS)?;
         let tiling = TcTiling::new(rows, cols, nb)?;
-        if let Some(p) = tc_panel::plan(&dev, &tiling, true, rows, nb)? {
-            let wv = bf16_view(w, w_l, "the weight")?;
-            let xv = bf16_view(x, x_l, "x")?;
-            let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
-            let func = tc_panel::MODULE.func(&dev, p.name)?;
-            let (nb_, rows_, cols_, steps) =
-                (nb as i32, rows as i32, cols as i32, tiling.steps as i32);
-            let mut b = func.builder();
-            push_args!(b; &wv, &xv, &out, &p.partial, &*p.counters, &nb_, &rows_, &cols_, &steps);
-            // SAFETY: w and x are contiguous, 16-byte aligned BF16 views of [rows, cols] and
-            // [nb, cols], cols a multiple of 256; the partial sums' buffer holds the row groups'
-            // items and the counters one zero per row group (`tc_panel::plan`); arguments in
-            // TP_TWIN_ARGS order.
-            unsafe { b.launch(p.cfg) }.w()?;
+        let wv = bf16_view(w, w_l, "the weight")?;
+        let xv = bf16_view(x, x_l, "x")?;
+        if let Some(out) = tc_panel::twin(&dev, &tiling, &wv, &xv, rows, cols, nb)? {
             return Ok((
                 CudaStorage::wrap_cuda_slice(out, dev),
                 Shape::from((nb, rows)),
@@ -592,8 +569,6 @@ impl CudaOp2 for TwinTcOp {
                 (cfg, tiling.kernel(true), MODULE)
             }
         };
-        let wv = bf16_view(w, w_l, "the weight")?;
-        let xv = bf16_view(x, x_l, "x")?;
         let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
         let func = module.func(&dev, name)?;
         let (nb_, rows_, cols_) = (nb as i32, rows as i32, cols as i32);

@@ -8,15 +8,20 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use candle_core::cuda_backend::cudarc::driver::{sys, CudaSlice, LaunchConfig};
-use candle_core::cuda_backend::CudaDevice;
+use candle_core::cuda_backend::cudarc::driver::{
+    sys, CudaSlice, CudaView, LaunchConfig, PushKernelArg,
+};
+use candle_core::cuda_backend::{CudaDevice, WrapErr};
+use half::bf16;
 
-use crate::cuda::launch::{launch_config_in, smem_per_block_optin};
+use crate::cuda::launch::{launch_config_in, push_args, smem_per_block_optin};
 use crate::cuda::module::{fatbin_module, Module};
+use crate::cuda::packed_kernels::PackedBuffers;
+use crate::cuda::pdl::{self, RawArgs};
 use crate::cuda::setting::Setting;
 use crate::cuda::tc::TcTiling;
 
-pub(crate) const MODULE: Module = fatbin_module!("df11_tc_panel");
+const MODULE: Module = fatbin_module!("df11_tc_panel");
 /// Row groups a launch may have: the counters a device keeps per host thread.
 const MAX_GROUPS: usize = 1 << 16;
 /// A warp's two stages of `TS_STAGE` (DF11) or `TS_TWIN_STAGE` bytes
@@ -83,11 +88,11 @@ fn counters(dev: &CudaDevice) -> candle_core::Result<Option<Rc<CudaSlice<u32>>>>
 }
 
 /// A panel launch: its configuration and kernel, the partial sums' buffer and the counters.
-pub(crate) struct PanelLaunch {
-    pub(crate) cfg: LaunchConfig,
-    pub(crate) name: &'static str,
-    pub(crate) partial: CudaSlice<f32>,
-    pub(crate) counters: Rc<CudaSlice<u32>>,
+struct PanelLaunch {
+    cfg: LaunchConfig,
+    name: &'static str,
+    partial: CudaSlice<f32>,
+    counters: Rc<CudaSlice<u32>>,
 }
 
 /// The kernel for `nb` rows of input: 8 (one m-tile, nb <= 8), 1, 2 or 4 m-tiles.
@@ -140,7 +145,7 @@ pub(crate) fn takes(
 
 /// The panel launch of a `[rows, cols]` product (`tiling`'s items) at `nb` rows of input, or
 /// `None` where the panel kernels are not wanted or cannot run now (see [`counters`]).
-pub(crate) fn plan(
+fn plan(
     dev: &CudaDevice,
     tiling: &TcTiling,
     twin: bool,
@@ -169,6 +174,86 @@ pub(crate) fn plan(
         partial,
         counters,
     }))
+}
+
+/// A DF11 matrix the panel kernel multiplies: tiled members of `unit` in whole chunks from unit
+/// element `base` (one, or two or three stacked), their tables and the row groups where the
+/// second and third begin (`i32::MAX`: none).
+pub(crate) struct PanelMatrix<'a> {
+    pub(crate) unit: &'a PackedBuffers,
+    pub(crate) sign_mantissa: &'a CudaSlice<u8>,
+    pub(crate) tables: [[u32; 2]; 3],
+    pub(crate) g1: i32,
+    pub(crate) g2: i32,
+    pub(crate) base: usize,
+}
+
+/// The DF11 product `x` (`[nb, cols]`) times the `[rows, cols]` matrix `m` transposed, by the
+/// panel kernel, or `None` where it does not run now (setting, shared memory, a capture
+/// without counters: the caller takes the streaming kernel, with the same output). The caller
+/// has checked what `PackedTcOp` checks: the matrix is whole tiled members in whole chunks.
+pub(crate) fn df11(
+    dev: &CudaDevice,
+    tiling: &TcTiling,
+    m: &PanelMatrix<'_>,
+    x: &CudaView<'_, bf16>,
+    rows: usize,
+    cols: usize,
+    nb: usize,
+) -> candle_core::Result<Option<CudaSlice<bf16>>> {
+    let Some(p) = plan(dev, tiling, false, rows, nb)? else {
+        return Ok(None);
+    };
+    // SAFETY: every output is written by the kernel.
+    let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
+    let func = MODULE.func(dev, p.name)?;
+    let (nb_, rows_, cols_, base_) = (nb as i32, rows as i32, cols as i32, m.base as i64);
+    let steps = tiling.steps as i32;
+    let [[t0, t1], [t0b, t1b], [t0c, t1c]] = m.tables;
+    let stream = dev.cuda_stream();
+    let mut a = RawArgs::new(&stream);
+    m.unit.push_packed_raw(&mut a);
+    a.scalar(&t0).scalar(&t1).scalar(&t0b).scalar(&t1b);
+    a.scalar(&t0c).scalar(&t1c).scalar(&m.g1).scalar(&m.g2);
+    a.buffer(m.sign_mantissa).buffer(x).buffer(&out);
+    a.buffer(&p.partial).buffer(&*p.counters);
+    a.scalar(&nb_).scalar(&rows_).scalar(&cols_).scalar(&base_);
+    a.scalar(&steps);
+    // SAFETY: the streaming kernel's guarantees (whole chunks of a tiled member or of stacked
+    // tiled members, validated buffers: the caller's checks), with the partial sums' buffer of
+    // the row groups' items (`plan`) and this thread's zeroed counters for the stream, one per
+    // row group; arguments in TP_PACKED_ARGS order. With PDL it reads only the weights before
+    // its griddepcontrol.wait.
+    unsafe { pdl::launch_maybe(&func, p.cfg, &mut a, pdl::available(dev)?) }?;
+    Ok(Some(out))
+}
+
+/// The twin's product `x` (`[nb, cols]`) times `w` (`[rows, cols]`, BF16) transposed, by the
+/// panel kernel, or `None` where it does not run now (as [`df11`]).
+pub(crate) fn twin(
+    dev: &CudaDevice,
+    tiling: &TcTiling,
+    w: &CudaView<'_, bf16>,
+    x: &CudaView<'_, bf16>,
+    rows: usize,
+    cols: usize,
+    nb: usize,
+) -> candle_core::Result<Option<CudaSlice<bf16>>> {
+    let Some(p) = plan(dev, tiling, true, rows, nb)? else {
+        return Ok(None);
+    };
+    // SAFETY: every output is written by the kernel.
+    let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
+    let func = MODULE.func(dev, p.name)?;
+    let (nb_, rows_, cols_, steps) = (nb as i32, rows as i32, cols as i32, tiling.steps as i32);
+    let mut b = func.builder();
+    push_args!(b; w, x, &out, &p.partial, &*p.counters, &nb_, &rows_, &cols_, &steps);
+    // SAFETY: w and x are contiguous, 16-byte aligned BF16 views of [rows, cols] and [nb, cols]
+    // (`bf16_view`), cols a multiple of 256 (`TcTiling::new`); the partial sums' buffer holds
+    // the row groups' items and the counters one zero per row group (`plan`); arguments in
+    // TP_TWIN_ARGS order.
+    unsafe { b.launch(p.cfg) }.w()?;
+    Ok(Some(out))
 }
 
 #[cfg(test)]
