@@ -91,7 +91,7 @@ __device__ __forceinline__ void tc_panel(const FgPacked& pk, const TsTables& tab
         locate(p);
     };
 
-    // DF11: the escape ranges of the warp's sub-steps, 32 at a time, a batch ahead (as df11_tc_stream.cu's).
+    // DF11: lane L's pair of the warp's sub-step 32 b + L (THE ESCAPE RANGES, df11_tc_stream.cuh).
     auto batch = [&](int b, uint32_t& lo, uint32_t& hi) {
         lo = hi = 0;
         if (TWIN) return;
@@ -105,24 +105,13 @@ __device__ __forceinline__ void tc_panel(const FgPacked& pk, const TsTables& tab
             hi = __ldg(pk.chunk_escapes + c + 1);
         }
     };
-    uint32_t cur_lo, cur_hi, nxt_lo, nxt_hi;
-    batch(0, cur_lo, cur_hi);
-    batch(1, nxt_lo, nxt_hi);
-    int q_issue = 0;                                            // the warp's sub-steps issued so far
+    TsRanges ranges;
+    ts_ranges_start(ranges, batch);
     uint8_t* ring_lane = ring + 16 * lane;
     // Starts the copies of the warp's weights at position p into stage `slot` (none where it is not live).
     auto issue_w = [&](const TpPos& p, int slot) {
         uint32_t esc_lo = 0, esc_hi = 0;
-        if (!TWIN) {
-            if (q_issue > 0 && (q_issue & 31) == 0) {
-                cur_lo = nxt_lo;
-                cur_hi = nxt_hi;
-                batch((q_issue >> 5) + 1, nxt_lo, nxt_hi);
-            }
-            esc_lo = __shfl_sync(0xffffffffu, cur_lo, q_issue & 31);
-            esc_hi = __shfl_sync(0xffffffffu, cur_hi, q_issue & 31);
-        }
-        ++q_issue;
+        if (!TWIN) ts_ranges_next(ranges, batch, esc_lo, esc_hi);
         uint8_t* st = ring_lane + slot * stage_bytes;
         if (p.live) {
             if (TWIN) ts_stage_twin(st, wd + p.at, p.width, p.row_in);

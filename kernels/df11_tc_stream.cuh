@@ -255,3 +255,32 @@ __device__ __forceinline__ void ts_table_of(const TsTables& tabs, int G, uint32_
 __device__ __forceinline__ void ts_stage_table(int threads) {
     for (int i = threadIdx.x; i < TS_TABLE_BYTES / 16; i += threads) ts_copy16(&ts_tab[4 * i], &ts_table.e[4 * i], 16);
 }
+
+// THE ESCAPE RANGES of a warp's DF11 sub-steps, 32 at a time: lane L holds chunk_escapes[c], [c + 1] of the warp's
+// sub-step 32 j + L (batch j), loaded a batch ahead; ts_ranges_next takes them in order with shuffles. (Read one
+// sub-step ahead instead, the loads were not back in time: long-scoreboard stalls, docs/PERFORMANCE.md.)
+// batch(j, lo, hi) loads lane L's pair of batch j (0, 0 past the warp's sequence).
+struct TsRanges {
+    uint32_t cur_lo, cur_hi, nxt_lo, nxt_hi;
+    int issued;                                                 // the warp's sub-steps taken so far
+};
+
+template <class Batch>
+__device__ __forceinline__ void ts_ranges_start(TsRanges& r, Batch&& batch) {
+    batch(0, r.cur_lo, r.cur_hi);
+    batch(1, r.nxt_lo, r.nxt_hi);
+    r.issued = 0;
+}
+
+// The escape range [lo, hi) of the warp's next sub-step (warp-uniform call).
+template <class Batch>
+__device__ __forceinline__ void ts_ranges_next(TsRanges& r, Batch&& batch, uint32_t& lo, uint32_t& hi) {
+    if (r.issued > 0 && (r.issued & 31) == 0) {
+        r.cur_lo = r.nxt_lo;
+        r.cur_hi = r.nxt_hi;
+        batch((r.issued >> 5) + 1, r.nxt_lo, r.nxt_hi);
+    }
+    lo = __shfl_sync(0xffffffffu, r.cur_lo, r.issued & 31);
+    hi = __shfl_sync(0xffffffffu, r.cur_hi, r.issued & 31);
+    ++r.issued;
+}
