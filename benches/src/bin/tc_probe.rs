@@ -138,7 +138,13 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
             seen.push((format!("DF11, panel {panel}"), outputs(&df11)?));
             seen.push((format!("twin, panel {panel}"), outputs(&dense)?));
         }
+        // TC_PROBE_NO_CHECK: a difference is printed, not fatal (diagnostic kernel variants).
+        let lenient = std::env::var_os("TC_PROBE_NO_CHECK").is_some();
         for (name, o) in &seen[1..] {
+            if *o != seen[0].1 && lenient {
+                eprintln!("{name} differs from {} at batch {batch}", seen[0].0);
+                continue;
+            }
             anyhow::ensure!(
                 *o == seen[0].1,
                 "{name} differs from {} at batch {batch}",
