@@ -43,11 +43,6 @@ struct TsPos {
     bool row_in;           // twin: the lane's row is a row of the matrix (else its stage is zero-filled)
 };
 
-// HALVES: where x's 16-byte unit u of row b lies in its shared-memory copy (U units a row, U % 8 == 0). A pass's load
-// takes units u0 .. u0 + 3 (u0 % 4 == 0) of rows 0-7: row-major, all eight rows would fall on the same four of a
-// wavefront's eight 16-byte bank slots (8 wavefronts); odd rows swap the halves of each 8-unit group, so 4.
-__device__ __forceinline__ int ts_xs_unit(int b, int u, int U) { return b * U + (u ^ ((b & 1) << 2)); }
-
 // Dynamic shared memory of a launch: `nslots` slots of partial sums (16-byte aligned each), then the warps' stages
 // (the DF11 kernels' table is ts_tab, static), TS_STAGE (DF11) or TS_TWIN_STAGE (twin) bytes each.
 __device__ __forceinline__ int ts_partial_bytes(int tile_groups, int ipg, int nb) {
@@ -55,12 +50,7 @@ __device__ __forceinline__ int ts_partial_bytes(int tile_groups, int ipg, int nb
 }
 
 // nslots (1, 2 or 4): how many tiles' partial sums a CTA keeps (its warps run up to nslots - 1 tiles apart).
-// HALVES (H = 2; DF11 at 5-8 rows of x up to TS_XS_MAX bytes): the CTA is two groups of TC_WARPS warps that work as two
-// CTAs would (virtual CTA 2 blockIdx.x + h of 2 gridDim.x; own partial sums and named barriers, so nslots <= 2) and
-// share one copy of the escape table and one copy of x in shared memory (swizzled: ts_xs_unit). Why (docs/PERFORMANCE.md,
-// session 18): at 8 rows x (64 KB for 4096 columns) missed the 60 KB of L1 two CTAs an SM leave (24% hits), and its
-// loads cost 0.148 against 0.125 ms a Qwen3-8B layer (x's rows aliased to one, a measurement).
-template <int MT, bool LOW, bool TWIN, int H = 1>
+template <int MT, bool LOW, bool TWIN>
 __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& tabs, const uint8_t* sign_mantissa,
                                           const uint16_t* wd, const __nv_bfloat16* x, __nv_bfloat16* y, int nb,
                                           int rows, int cols, long long base, int tile_groups, int steps, int nslots) {
@@ -71,17 +61,13 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
     if (TWIN) grid_dependency_wait();
     extern __shared__ __align__(16) uint8_t ts_smem[];
     constexpr int stage_bytes = TWIN ? TS_TWIN_STAGE : TS_STAGE;
-    const uint32_t lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % TC_WARPS, g = lane >> 2, t = lane & 3;
-    const int half = H == 1 ? 0 : (int)(threadIdx.x >> 5) / TC_WARPS;
-    const int vblock = (int)blockIdx.x * H + half, vgrid = (int)gridDim.x * H;   // the virtual CTA (HALVES)
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int ipg = tc_items_per_group(cols, steps), items = tile_groups * ipg;
     const int groups = (rows + 7) / 8, ntiles = (groups + tile_groups - 1) / tile_groups;
     const int member_items = groups * ipg;
     const int slot_floats = ts_partial_bytes(tile_groups, ipg, nb) / 4;
-    float* partial = reinterpret_cast<float*>(ts_smem) + half * slot_floats * nslots;
-    uint8_t* ring = ts_smem + 4 * slot_floats * nslots * H + (threadIdx.x >> 5) * (TS_DEPTH * stage_bytes);
-    // HALVES: x's copy after the rings.
-    uint4* xsm = reinterpret_cast<uint4*>(ts_smem + 4 * slot_floats * nslots * H + TC_WARPS * H * TS_DEPTH * stage_bytes);
+    float* partial = reinterpret_cast<float*>(ts_smem);
+    uint8_t* ring = ts_smem + 4 * slot_floats * nslots + warp * (TS_DEPTH * stage_bytes);
     // DF11: with whole chunks a row group's cols / 256 chunks are its items' sub-steps in order, so sub-step s of item
     // index I is chunk first_chunk + I * steps + s.
     const uint32_t first_chunk = (uint32_t)(base >> 11);
@@ -114,7 +100,7 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
         p.index += TC_WARPS;
         if (p.item >= items) {
             p.item = (int)warp;
-            p.tile += vgrid;
+            p.tile += gridDim.x;
             p.index = p.tile * items + p.item;
         }
         locate(p);
@@ -126,7 +112,7 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
         lo = hi = 0;
         if (TWIN || per_tile <= 0) return;
         const int q = 32 * j + (int)lane, nth_item = q / steps, s = q - nth_item * steps;
-        const int tile = vblock + vgrid * (nth_item / per_tile);
+        const int tile = (int)blockIdx.x + (int)gridDim.x * (nth_item / per_tile);
         const int index = tile * items + (int)warp + TC_WARPS * (nth_item % per_tile);
         if (tile < ntiles && index < member_items) {
             const uint32_t c = first_chunk + (uint32_t)(index * steps + s);
@@ -153,9 +139,9 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
 
     // The table's copy (DF11) in its own group, the first TS_DEPTH - 1 sub-steps' copies, then the table awaited while
     // they fly.
-    if (!TWIN) ts_stage_table(TC_THREADS * H);
+    if (!TWIN) ts_stage_table(TC_THREADS);
     ts_commit();
-    TsPos ahead = {vblock, (int)warp, 0, vblock * items + (int)warp, false, 0, 0u, 0, 0, false};
+    TsPos ahead = {(int)blockIdx.x, (int)warp, 0, (int)blockIdx.x * items + (int)warp, false, 0, 0u, 0, 0, false};
     locate(ahead);
 #pragma unroll 1
     for (int d = 0; d < TS_DEPTH - 1; ++d) {
@@ -168,15 +154,6 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
     // written at load); x is read and y and the partial sums written only after the kernel before this one has
     // completed. Without the attribute this returns at once.
     grid_dependency_wait();
-    if (H == 2) {
-        // x's nb rows into shared memory, every 16-byte unit at ts_xs_unit's place.
-        const int U = cols / 8;
-        const uint4* xg = reinterpret_cast<const uint4*>(x);
-        for (int i = threadIdx.x; i < nb * U; i += TC_THREADS * H) {
-            const int b = i / U, u = i - b * U;
-            xsm[ts_xs_unit(b, u, U)] = __ldg(xg + i);
-        }
-    }
     __syncthreads();
 
     // PARTIAL SUMS. Tile iteration n's items write their sums into slot n % nslots; the tile's REDUCER (warp n % part)
@@ -185,7 +162,7 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
     // only for a tile nslots back, not for each other at every tile. Warps past `part` (a tile with fewer than 8
     // items) take no part. Barrier ids: 0 __syncthreads, FULL 1 .. nslots, FREE after them (2 parities x nslots).
     const int part = min(TC_WARPS, items), threads = 32 * part;
-    const int FULL = 1 + half * 3 * nslots, FREE = FULL + nslots;   // HALVES: ids 1 .. 6 nslots (<= 12)
+    const int FULL = 1, FREE = 1 + nslots;
     int slot = 0;
     // The warp's first item of every tile is `warp`: its item in its row group and its row group in the tile.
     const int first_in_group = (int)warp % ipg, first_group = (int)warp / ipg;
@@ -202,7 +179,7 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
             parity ^= 1;
         }
     };
-    for (int tile = vblock; (int)warp < part && tile < ntiles; tile += vgrid, next_tile()) {
+    for (int tile = blockIdx.x; (int)warp < part && tile < ntiles; tile += gridDim.x, next_tile()) {
         float* psum = partial + ps * slot_floats;
         const int freer = reducer - back < 0 ? reducer - back + part : reducer - back;   // iteration n - nslots's
         if (n >= nslots && (int)warp != freer) ts_bar_sync(FREE + nslots * parity + ps, threads);
@@ -221,13 +198,7 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
                 // LOW: the sub-step's x row g, or row nb - 1 for g >= nb (tc_x's rule: those rows of the mma's output
                 // are never stored, and the loads need no predicate or zeroing).
                 uint4 xr[8];
-                if (LOW && H == 2) {
-                    // HALVES: from x's copy (whole chunks: W == 2048).
-                    const int cg = in_group * steps + s, b = min((int)g, nb - 1), U = cols / 8;
-                    const int u = 256 * (cg >> 3) + 4 * (cg & 7) + (int)t;
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) xr[i] = xsm[ts_xs_unit(b, u + 32 * i, U)];
-                } else if (LOW) {
+                if (LOW) {
                     const int cg = in_group * steps + s;
                     const uint4* xp = reinterpret_cast<const uint4*>(
                         x + (long long)min((int)g, nb - 1) * cols + 2048 * (cg >> 3) + 32 * (cg & 7) + 8 * (int)t);
@@ -271,7 +242,7 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
             }
         }
         __syncwarp();
-        if (tile + nslots * vgrid < ntiles) ts_bar_arrive(FREE + nslots * (parity ^ 1) + ps, threads);
+        if (tile + nslots * (int)gridDim.x < ntiles) ts_bar_arrive(FREE + nslots * (parity ^ 1) + ps, threads);
     }
     ts_wait_group_le<0>();
 }
@@ -293,25 +264,12 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
         tc_stream<MT, LOW, false>(pk, tabs, sign_mantissa, nullptr, x, y, nb, rows, cols, base, tile_groups, steps, \
                                   nslots);                                                                           \
     }                                                                                                                \
-    TS_INSTANTIATE_HALVES_##NAME                                                                                     \
     extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) bf16_tc_stream_##NAME(TS_TWIN_ARGS) {               \
         const FgPacked pk = {};                                                                                      \
         const TsTables tabs = {};                                                                                    \
         tc_stream<MT, LOW, true>(pk, tabs, nullptr, w, x, y, nb, rows, cols, 0, tile_groups, steps, nslots);        \
     }
 
-
-// HALVES: one CTA of two halves an SM, x in shared memory (the LOW kernel only; the host's plan: tc.rs).
-#define TS_INSTANTIATE_HALVES_8                                                                                      \
-    extern "C" __global__ void __launch_bounds__(2 * TC_THREADS, 1) df11_tc_stream_8_h(TS_PACKED_ARGS) {             \
-        const FgPacked pk = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, t0, t1};              \
-        const TsTables tabs = {t0, t1, t0b, t1b, t0c, t1c, g1, g2};                                                  \
-        tc_stream<1, true, false, 2>(pk, tabs, sign_mantissa, nullptr, x, y, nb, rows, cols, base, tile_groups,     \
-                                     steps, nslots);                                                                 \
-    }
-#define TS_INSTANTIATE_HALVES_1
-#define TS_INSTANTIATE_HALVES_2
-#define TS_INSTANTIATE_HALVES_4
 
 TS_INSTANTIATE(8, 1, true)
 TS_INSTANTIATE(1, 1, false)

@@ -123,7 +123,7 @@ pub use cuda::segments::SegmentIndex;
 #[cfg(feature = "cuda")]
 pub use cuda::set_pdl;
 #[cfg(feature = "cuda")]
-pub use cuda::tc::{set_tc_halves, set_tc_stream};
+pub use cuda::tc::set_tc_stream;
 #[cfg(feature = "cuda")]
 pub use cuda::tc_panel::set_tc_panel;
 pub use cuda::tile_order::{

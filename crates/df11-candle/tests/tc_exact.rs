@@ -19,7 +19,7 @@ use df11_candle::{
 use half::bf16;
 use rand::{Rng, SeedableRng};
 
-const BATCHES: [usize; 10] = [1, 2, 3, 5, 8, 16, 17, 33, 64, 70];
+const BATCHES: [usize; 9] = [1, 2, 3, 8, 16, 17, 33, 64, 70];
 
 /// Checks every member of a unit of `shapes` in `form`: decode == original, fused == twin bit for
 /// bit, fused close to the reference, at every batch of [`BATCHES`].
@@ -268,16 +268,7 @@ fn streamed_members_agree_with_the_other_kernel_and_the_twin() {
             }
             df11_candle::set_tc_stream(true);
             df11_candle::set_tc_panel(false);
-            // The streaming DF11 kernel without its halves (one CTA of two halves with x in
-            // shared memory at 5-8 rows, where x fits).
-            df11_candle::set_tc_halves(false);
-            let no_halves = bits(&fused.forward(&x).unwrap());
-            df11_candle::set_tc_halves(true);
             let what = format!("streamed member {i} [{rows}, {cols}] batch {batch}");
-            assert!(
-                no_halves == outs[0],
-                "{what}: DF11 streaming without halves differs"
-            );
             let names = ["DF11 streaming", "twin streaming", "DF11", "twin"];
             let names = names
                 .iter()

@@ -77,30 +77,13 @@ static STREAM: Setting<bool> = Setting::new(
     &[("on", true), ("off", false)],
 );
 
-/// `DF11_TC_HALVES` (`on`, the default, or `off`): whether the streaming DF11 kernel at
-/// [`HALVES_ROWS`] rows of input of at most [`HALVES_X_BYTES`] runs as one CTA of two 8-warp
-/// halves per SM that share the escape table and a copy of x in shared memory (the `_h`
-/// kernel) instead of two CTAs reading x through a 60 KB L1 (docs/PERFORMANCE.md, session 18).
-/// Speed only: the tiles and sums are the same.
-static HALVES: Setting<bool> = Setting::new(
-    "DF11_TC_HALVES",
-    "halves setting",
-    &[("on", true), ("off", false)],
-);
-
-/// Rows of input the halves kernel takes ([`HALVES`]).
-const HALVES_ROWS: std::ops::RangeInclusive<usize> = 5..=8;
-/// The most bytes of x the halves kernel copies into shared memory.
-const HALVES_X_BYTES: usize = 64 * 1024;
-
 /// A streaming launch's layout ([`TcTiling::stream_plan`]): dynamic shared memory, slots of
-/// partial sums (per half), CTAs per SM, halves per CTA (1, or 2: [`HALVES`]).
+/// partial sums, CTAs per SM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct StreamPlan {
     smem: usize,
     nslots: i32,
     per_sm: u32,
-    halves: u32,
 }
 
 /// How both tensor-core kernels split a `[rows, cols]` product with `nb` rows of input: items of
@@ -168,9 +151,8 @@ impl TcTiling {
         self.tile_groups * self.items_per_group * nb * 32
     }
 
-    fn stream_kernel(&self, nb: usize, twin: bool, halves: u32) -> &'static str {
+    fn stream_kernel(&self, nb: usize, twin: bool) -> &'static str {
         match (twin, self.m_tiles) {
-            (false, 1) if nb <= 8 && halves == 2 => "df11_tc_stream_8_h",
             (false, 1) if nb <= 8 => "df11_tc_stream_8",
             (false, 1) => "df11_tc_stream_1",
             (false, 2) => "df11_tc_stream_2",
@@ -187,7 +169,7 @@ impl TcTiling {
     /// (4, 2 or 1: measured 4 fastest, docs/PERFORMANCE.md); `None` above 32 rows of input
     /// (four m-tiles: measured slower than `df11_tc.cu`, 0.749 against 0.548 ms a Qwen3-8B layer
     /// at 64 rows) and where one CTA with one slot does not fit.
-    fn stream_plan(&self, nb: usize, twin: bool, cols: usize, optin: usize) -> Option<StreamPlan> {
+    fn stream_plan(&self, nb: usize, twin: bool, optin: usize) -> Option<StreamPlan> {
         if self.m_tiles > 2 {
             return None;
         }
@@ -200,25 +182,6 @@ impl TcTiling {
         let depth = stream_module().map_or(STREAM_RING_STAGES / 8, |(_, d)| d);
         let ring = 8 * depth * stage;
         let partial = self.partial_bytes(nb).next_multiple_of(16);
-        let x_bytes = nb * cols * 2;
-        if !twin && HALVES_ROWS.contains(&nb) && x_bytes <= HALVES_X_BYTES && HALVES.get() {
-            // One CTA of two halves: each half's slots (at most 2: the named barriers) and ring,
-            // then x; one table.
-            for nslots in [2usize, 1] {
-                if slots.is_some_and(|n| n < nslots) {
-                    continue;
-                }
-                let smem = 2 * (nslots * partial + ring) + x_bytes;
-                if smem + table <= optin && smem + table + 1024 <= SM_SHARED_BYTES {
-                    return Some(StreamPlan {
-                        smem,
-                        nslots: nslots as i32,
-                        per_sm: 1,
-                        halves: 2,
-                    });
-                }
-            }
-        }
         for per_sm in [2u32, 1] {
             for nslots in [4usize, 2, 1] {
                 if slots.is_some_and(|n| n < nslots) {
@@ -232,7 +195,6 @@ impl TcTiling {
                         smem,
                         nslots: nslots as i32,
                         per_sm,
-                        halves: 1,
                     });
                 }
             }
@@ -311,12 +273,6 @@ pub fn set_tc_stream(on: bool) {
     STREAM.set(on);
 }
 
-/// Turns the streaming DF11 kernel's halves (`DF11_TC_HALVES`) on or off; outputs are the same
-/// either way.
-pub fn set_tc_halves(on: bool) {
-    HALVES.set(on);
-}
-
 /// Launches `tiling`'s kernel (`twin` or packed) with `args` pushed after nothing: the caller
 /// pushes every argument in the kernel's order.
 fn config(
@@ -349,7 +305,6 @@ fn stream_config(
     tiling: &TcTiling,
     twin: bool,
     rows: usize,
-    cols: usize,
     nb: usize,
 ) -> candle_core::Result<
     Option<(
@@ -358,20 +313,19 @@ fn stream_config(
         StreamPlan,
     )>,
 > {
-    let Some(plan) = tiling.stream_plan(nb, twin, cols, smem_per_block_optin(dev)?) else {
+    let Some(plan) = tiling.stream_plan(nb, twin, smem_per_block_optin(dev)?) else {
         return Ok(None);
     };
-    let name = tiling.stream_kernel(nb, twin, plan.halves);
+    let name = tiling.stream_kernel(nb, twin);
     let (module, _) = stream_module()?;
-    let mut cfg = launch_config_in(
+    let cfg = launch_config_in(
         dev,
         &module,
         name,
         plan.smem,
-        tiling.tiles(rows).div_ceil(plan.halves as usize),
+        tiling.tiles(rows),
         plan.per_sm,
     )?;
-    cfg.block_dim.0 *= plan.halves;
     Ok(Some((cfg, name, plan)))
 }
 
@@ -427,7 +381,7 @@ impl PackedTcOp<'_> {
         }
         let tiling = TcTiling::new(self.rows, self.cols, nb)?;
         Ok(tiling
-            .stream_plan(nb, false, self.cols, smem_per_block_optin(dev)?)
+            .stream_plan(nb, false, smem_per_block_optin(dev)?)
             .is_some())
     }
 
@@ -505,7 +459,7 @@ impl CudaOp2 for PackedTcOp<'_> {
         }
         // Tiled members whose sub-steps are whole packed chunks stream them (the same output).
         let streamed = if tiled && self.streams(nb, &dev)? {
-            stream_config(&dev, &tiling, false, rows, cols, nb)?
+            stream_config(&dev, &tiling, false, rows, nb)?
         } else {
             None
         };
@@ -603,7 +557,7 @@ impl CudaOp2 for TwinTcOp {
             ));
         }
         let streamed = if STREAM.get() {
-            stream_config(&dev, &tiling, true, rows, cols, nb)?
+            stream_config(&dev, &tiling, true, rows, nb)?
         } else {
             None
         };
@@ -682,7 +636,7 @@ mod tests {
             for nb in [1, 2, 3, 8, 16, 33, 64] {
                 let t = TcTiling::new(rows, cols, nb).unwrap();
                 for twin in [false, true] {
-                    let Some(p) = t.stream_plan(nb, twin, cols, optin) else {
+                    let Some(p) = t.stream_plan(nb, twin, optin) else {
                         // Above 32 rows, or where even one slot and one CTA do not fit.
                         assert!(
                             nb > 32 || t.partial_bytes(nb) + STREAM_RING_STAGES * 3120 > 150 * 1024
@@ -692,16 +646,9 @@ mod tests {
                     let table = if twin { 0 } else { STREAM_TABLE_BYTES };
                     assert!(p.smem + table <= optin);
                     assert!(p.per_sm as usize * (p.smem + table + 1024) <= SM_SHARED_BYTES);
-                    // The decode step's batches keep 2 CTAs per SM and 4 slots, except DF11 at
-                    // 5-8 rows of a 4096-column x: one CTA of two halves with 2 slots each and x.
-                    let halves = !twin && (5..=8).contains(&nb) && cols <= 4096;
+                    // The decode step's batches keep 2 CTAs per SM and 4 slots.
                     if nb <= 8 && cols <= 12288 {
-                        let want = if halves { (1, 2, 2) } else { (2, 4, 1) };
-                        assert_eq!(
-                            (p.per_sm, p.nslots, p.halves),
-                            want,
-                            "[{rows}, {cols}] x {nb}"
-                        );
+                        assert_eq!((p.per_sm, p.nslots), (2, 4), "[{rows}, {cols}] x {nb}");
                     }
                 }
             }
