@@ -256,7 +256,8 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
     const uint16_t *w, const __nv_bfloat16 *x, __nv_bfloat16 *y, int nb, int rows, int cols, int tile_groups,       \
         int steps, int nslots
 
-// 2 CTAs per SM where the shared memory allows (the host's grid follows, tc.rs). NAME: 8 (MT 1, nb <= 8), 1, 2, 4.
+// 2 CTAs per SM where the shared memory allows (the host's grid follows, tc/stream.rs).
+// NAME: 8 (MT 1, nb <= 8), 1, 2, 4.
 #define TS_INSTANTIATE(NAME, MT, LOW)                                                                                \
     extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) df11_tc_stream_##NAME(TS_PACKED_ARGS) {             \
         const FgPacked pk = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, t0, t1};              \

@@ -10,7 +10,7 @@
 #include "df11_tc.cuh"
 #include "llm_common.cuh"
 // Stages per warp: TS_DEPTH - 1 sub-steps in flight (another value only by -D for measurements, with
-// DF11_TC_STREAM_DEPTH: crates/df11-candle/src/cuda/tc.rs).
+// DF11_TC_STREAM_DEPTH: crates/df11-candle/src/cuda/tc/stream.rs).
 #ifndef TS_DEPTH
 #define TS_DEPTH 2
 #endif

@@ -2,7 +2,7 @@
 # Kernel measurements: builds variants of kernels/df11_tc_stream.cu's PTX (other -D settings) into
 # .gpu/tc/ptx/ for tc_probe (after scripts/gpu-tc.sh). On the GPU machine, e.g.:
 #     TC_VARIANTS="DF11_TC_STREAM_PTX=.gpu/tc/ptx/d3.ptx DF11_TC_STREAM_DEPTH=3" bash .gpu/tc/run.sh 1 8
-# (tc.rs: DF11_TC_STREAM_PTX replaces the embedded module, DF11_TC_STREAM_DEPTH gives its
+# (tc/stream.rs: DF11_TC_STREAM_PTX replaces the embedded module, DF11_TC_STREAM_DEPTH gives its
 # TS_DEPTH; variants that sum in another order need TC_PROBE_NO_CHECK=1.)
 # Usage: scripts/gpu-tc-variants.sh NAME="-DFLAG=1 ..." ...
 set -euo pipefail

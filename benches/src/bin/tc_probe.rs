@@ -11,7 +11,8 @@
 //! stacked, o, gate/up stacked, down: four launches), cuBLAS BF16, the twin and DF11 (tile order,
 //! streaming and panel kernels, `DF11_TC_PANEL` off and on), each timed eagerly and as a replayed
 //! CUDA graph of the four launches (PDL edges where `DF11_PDL` allows), with the DF11 bytes read
-//! per layer; checks every kernel's outputs bit for bit first.
+//! per layer; checks every kernel's outputs bit for bit first (`TC_PROBE_NO_CHECK`: prints a
+//! difference instead of stopping; `TC_PROBE_X=same`: every row of x the same).
 //!
 //! `tc_probe prefill M SLICE...`: the same layer's products at M rows the way a prompt runs them
 //! (the weight decoded, then cuBLAS), whole and by slices of SLICE weight rows (each slice
@@ -115,9 +116,16 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
     set_fused_kernel(Some(FusedKernel::TensorCore));
     df11_candle::set_tc_stream(true);
     for &batch in batches {
+        // TC_PROBE_X=same: every row of x the same random row (the products are the same work;
+        // a measurement of how much the inputs' values move the timing).
+        let same = std::env::var("TC_PROBE_X").is_ok_and(|v| v == "same");
         let xs: Vec<Tensor> = LAYER_AS_LAUNCHED
             .iter()
-            .map(|&(_, c)| Tensor::randn(0f32, 1.0, (batch, c), dev)?.to_dtype(DType::BF16))
+            .map(|&(_, c)| {
+                let rows = if same { 1 } else { batch };
+                let x = Tensor::randn(0f32, 1.0, (rows, c), dev)?.to_dtype(DType::BF16)?;
+                x.broadcast_as((batch, c))?.contiguous()
+            })
             .collect::<candle_core::Result<_>>()?;
         let run = |ls: &[Df11Linear]| {
             for (l, x) in ls.iter().zip(&xs) {

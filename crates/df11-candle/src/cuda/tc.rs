@@ -1,7 +1,8 @@
 //! Launch code of the tensor-core fused products (`kernels/df11_tc.cu`): the DF11 kernel over a
 //! member in the packed form ([`PackedTcOp`]) and its BF16 twin ([`TwinTcOp`]), 1 to
 //! [`TC_LIMIT_ROWS`] rows of input a launch. Both tile a matrix the same way ([`TcTiling`]), which
-//! with the kernels' fixed mma order makes their outputs bit-identical.
+//! with the kernels' fixed mma order makes their outputs bit-identical. The streaming kernels'
+//! launch layout (`kernels/df11_tc_stream.cu`) is in [`stream`].
 
 use std::sync::OnceLock;
 
@@ -19,72 +20,17 @@ use crate::cuda::matmul::{tc_shape, TC_LIMIT_ROWS};
 use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::packed_kernels::PackedBuffers;
 use crate::cuda::pdl::{self, RawArgs};
-use crate::cuda::setting::Setting;
 use crate::cuda::tc_panel;
+
+mod stream;
+pub use stream::set_tc_stream;
+use stream::{stream_config, stream_module, STREAM};
 
 const MODULE: Module = fatbin_module!("df11_tc");
 /// Bytes of the packed kernel's exponent table (4096 words) before the partial sums.
 const TABLE_BYTES: usize = 16384;
 /// Partial-sum bytes a CTA tile may take.
 const MAX_PARTIAL_BYTES: usize = 64 * 1024;
-const STREAM_MODULE: Module = fatbin_module!("df11_tc_stream");
-/// The streaming DF11 kernel's escape table (kernels/df11_tc_stream.cu: two arrays of 4096
-/// words, static shared memory).
-const STREAM_TABLE_BYTES: usize = 8 * 4096;
-/// A stage of the streaming kernels: `TS_STAGE` bytes (DF11) or `TS_TWIN_STAGE` (twin); each of
-/// the 8 warps of a CTA has `TS_DEPTH` (2) of them (kernels/df11_tc_stream.cu).
-const STREAM_STAGE_BYTES: usize = 3120;
-const STREAM_TWIN_STAGE_BYTES: usize = 4096;
-const STREAM_RING_STAGES: usize = 8 * 2;
-
-/// Shared memory of one SM its CTAs may share (H100: 228 KiB, 1 KiB of it reserved per CTA).
-const SM_SHARED_BYTES: usize = 228 * 1024;
-
-/// The streaming kernels' module and the stages of a warp's ring (`STREAM_RING_STAGES / 8` for
-/// the built one). For kernel measurements, `DF11_TC_STREAM_PTX` names a PTX file built from
-/// `kernels/df11_tc_stream.cu` with other `-D` settings (`scripts/gpu-tc-variants.sh`), and
-/// `DF11_TC_STREAM_DEPTH` its `TS_DEPTH`; a file that cannot be read is an error at the first
-/// launch, never a silent fallback.
-fn stream_module() -> candle_core::Result<(Module, usize)> {
-    static MODULE: OnceLock<Result<(Module, usize), String>> = OnceLock::new();
-    let m = MODULE.get_or_init(|| {
-        let Some(path) = std::env::var_os("DF11_TC_STREAM_PTX") else {
-            return Ok((STREAM_MODULE, STREAM_RING_STAGES / 8));
-        };
-        let ptx = std::fs::read_to_string(&path)
-            .map_err(|e| format!("DF11_TC_STREAM_PTX {}: {e}", path.to_string_lossy()))?;
-        let depth = match std::env::var("DF11_TC_STREAM_DEPTH") {
-            Ok(d) => d
-                .parse::<usize>()
-                .ok()
-                .filter(|d| (2..=8).contains(d))
-                .ok_or_else(|| format!("DF11_TC_STREAM_DEPTH {d:?}: not 2 to 8"))?,
-            Err(_) => STREAM_RING_STAGES / 8,
-        };
-        let text: &'static str = Box::leak(ptx.into_boxed_str());
-        Ok((Module::ptx("df11_tc_stream_override", text), depth))
-    });
-    m.clone().map_err(candle_core::Error::msg)
-}
-
-/// `DF11_TC_STREAM` (`on`, the default, or `off`): whether the streaming kernels
-/// (kernels/df11_tc_stream.cu) take the products they can: the BF16 twin always, DF11 for tiled
-/// members whose sub-steps are whole packed chunks. Every kernel follows the same summation
-/// contract: the setting changes speed, never a bit of output.
-static STREAM: Setting<bool> = Setting::new(
-    "DF11_TC_STREAM",
-    "stream setting",
-    &[("on", true), ("off", false)],
-);
-
-/// A streaming launch's layout ([`TcTiling::stream_plan`]): dynamic shared memory, slots of
-/// partial sums, CTAs per SM.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct StreamPlan {
-    smem: usize,
-    nslots: i32,
-    per_sm: u32,
-}
 
 /// How both tensor-core kernels split a `[rows, cols]` product with `nb` rows of input: items of
 /// 8 weight rows x one 2048-column chunk x `steps` of its 8 sub-steps (the summation order depends
@@ -151,57 +97,6 @@ impl TcTiling {
         self.tile_groups * self.items_per_group * nb * 32
     }
 
-    fn stream_kernel(&self, nb: usize, twin: bool) -> &'static str {
-        match (twin, self.m_tiles) {
-            (false, 1) if nb <= 8 => "df11_tc_stream_8",
-            (false, 1) => "df11_tc_stream_1",
-            (false, 2) => "df11_tc_stream_2",
-            (false, _) => "df11_tc_stream_4",
-            (true, 1) if nb <= 8 => "bf16_tc_stream_8",
-            (true, 1) => "bf16_tc_stream_1",
-            (true, 2) => "bf16_tc_stream_2",
-            (true, _) => "bf16_tc_stream_4",
-        }
-    }
-
-    /// The layout of a streaming launch on a device whose CTAs may take `optin` bytes of shared
-    /// memory: 2 CTAs per SM where they fit (else 1) with as many slots of partial sums as fit
-    /// (4, 2 or 1: measured 4 fastest, docs/PERFORMANCE.md); `None` above 32 rows of input
-    /// (four m-tiles: measured slower than `df11_tc.cu`, 0.749 against 0.548 ms a Qwen3-8B layer
-    /// at 64 rows) and where one CTA with one slot does not fit.
-    fn stream_plan(&self, nb: usize, twin: bool, optin: usize) -> Option<StreamPlan> {
-        if self.m_tiles > 2 {
-            return None;
-        }
-        let slots = slots_override();
-        let (table, stage) = if twin {
-            (0, STREAM_TWIN_STAGE_BYTES)
-        } else {
-            (STREAM_TABLE_BYTES, STREAM_STAGE_BYTES)
-        };
-        let depth = stream_module().map_or(STREAM_RING_STAGES / 8, |(_, d)| d);
-        let ring = 8 * depth * stage;
-        let partial = self.partial_bytes(nb).next_multiple_of(16);
-        for per_sm in [2u32, 1] {
-            for nslots in [4usize, 2, 1] {
-                if slots.is_some_and(|n| n < nslots) {
-                    continue;
-                }
-                let smem = nslots * partial + ring;
-                if smem + table <= optin
-                    && per_sm as usize * (smem + table + 1024) <= SM_SHARED_BYTES
-                {
-                    return Some(StreamPlan {
-                        smem,
-                        nslots: nslots as i32,
-                        per_sm,
-                    });
-                }
-            }
-        }
-        None
-    }
-
     fn kernel(&self, twin: bool) -> &'static str {
         match (twin, self.m_tiles) {
             (false, 1) => "df11_tc_packed_1",
@@ -255,24 +150,6 @@ fn tile_groups_override() -> Option<usize> {
     })
 }
 
-/// `DF11_TC_SLOTS` (1, 2 or 4): the most slots of partial sums a streaming launch keeps, for
-/// measurements; it changes no bit of output.
-fn slots_override() -> Option<usize> {
-    static SLOTS: OnceLock<Option<usize>> = OnceLock::new();
-    *SLOTS.get_or_init(|| {
-        std::env::var("DF11_TC_SLOTS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .filter(|v: &usize| [1, 2, 4].contains(v))
-    })
-}
-
-/// Turns the streaming tensor-core kernels on or off (overrides `DF11_TC_STREAM`; outputs are
-/// the same either way).
-pub fn set_tc_stream(on: bool) {
-    STREAM.set(on);
-}
-
 /// Launches `tiling`'s kernel (`twin` or packed) with `args` pushed after nothing: the caller
 /// pushes every argument in the kernel's order.
 fn config(
@@ -296,37 +173,6 @@ fn config(
         tiling.ctas_per_sm(),
     )?;
     Ok((cfg, smem))
-}
-
-/// The launch of `tiling`'s streaming kernel (`twin` or DF11) and its layout, or `None` where it
-/// does not fit the device ([`TcTiling::stream_plan`]).
-fn stream_config(
-    dev: &CudaDevice,
-    tiling: &TcTiling,
-    twin: bool,
-    rows: usize,
-    nb: usize,
-) -> candle_core::Result<
-    Option<(
-        candle_core::cuda_backend::cudarc::driver::LaunchConfig,
-        &'static str,
-        StreamPlan,
-    )>,
-> {
-    let Some(plan) = tiling.stream_plan(nb, twin, smem_per_block_optin(dev)?) else {
-        return Ok(None);
-    };
-    let name = tiling.stream_kernel(nb, twin);
-    let (module, _) = stream_module()?;
-    let cfg = launch_config_in(
-        dev,
-        &module,
-        name,
-        plan.smem,
-        tiling.tiles(rows),
-        plan.per_sm,
-    )?;
-    Ok(Some((cfg, name, plan)))
 }
 
 /// The tensor-core DF11 product over packed exponents: arguments `sign_mantissa` (the whole unit)
@@ -621,38 +467,5 @@ mod tests {
             }
         }
         assert!(TcTiling::new(8, 264, 1).is_err());
-    }
-
-    #[test]
-    fn streaming_layouts_fit_the_sm() {
-        let optin = 227 * 1024;
-        for (rows, cols) in [
-            (4096, 4096),
-            (1024, 4096),
-            (12288, 4096),
-            (4096, 12288),
-            (8, 65536),
-        ] {
-            for nb in [1, 2, 3, 8, 16, 33, 64] {
-                let t = TcTiling::new(rows, cols, nb).unwrap();
-                for twin in [false, true] {
-                    let Some(p) = t.stream_plan(nb, twin, optin) else {
-                        // Above 32 rows, or where even one slot and one CTA do not fit.
-                        assert!(
-                            nb > 32 || t.partial_bytes(nb) + STREAM_RING_STAGES * 3120 > 150 * 1024
-                        );
-                        continue;
-                    };
-                    let table = if twin { 0 } else { STREAM_TABLE_BYTES };
-                    assert!(p.smem + table <= optin);
-                    assert!(p.per_sm as usize * (p.smem + table + 1024) <= SM_SHARED_BYTES);
-                    // The decode step's batches keep 2 CTAs per SM and 4 slots.
-                    if nb <= 8 && cols <= 12288 {
-                        assert_eq!((p.per_sm, p.nslots), (2, 4), "[{rows}, {cols}] x {nb}");
-                    }
-                }
-            }
-        }
-        assert!(TcTiling::new(8, 256, 65).is_err());
     }
 }
