@@ -66,13 +66,13 @@ pub(super) static STREAM: Setting<bool> = Setting::new(
 /// partial sums, CTAs per SM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct StreamPlan {
-    pub(super) smem: usize,
+    smem: usize,
     pub(super) nslots: i32,
-    pub(super) per_sm: u32,
+    per_sm: u32,
 }
 
 impl TcTiling {
-    pub(super) fn stream_kernel(&self, nb: usize, twin: bool) -> &'static str {
+    fn stream_kernel(&self, nb: usize, twin: bool) -> &'static str {
         match (twin, self.m_tiles) {
             (false, 1) if nb <= 8 => "df11_tc_stream_8",
             (false, 1) => "df11_tc_stream_1",
