@@ -19,7 +19,7 @@ use df11_candle::{
 use half::bf16;
 use rand::{Rng, SeedableRng};
 
-const BATCHES: [usize; 9] = [1, 2, 3, 8, 16, 17, 33, 64, 70];
+const BATCHES: [usize; 10] = [1, 2, 3, 5, 8, 16, 17, 33, 64, 70];
 
 /// Checks every member of a unit of `shapes` in `form`: decode == original, fused == twin bit for
 /// bit, fused close to the reference, at every batch of [`BATCHES`].
