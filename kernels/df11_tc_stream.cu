@@ -29,9 +29,6 @@
 #include <stdint.h>
 #include <cuda_bf16.h>
 #include "df11_tc_stream.cuh"
-#ifndef TS_DIAG_NOXS
-#define TS_DIAG_NOXS 0
-#endif
 
 
 // A position in a warp's sequence of sub-steps: tile, item of the tile, sub-step of the item, and the item's index in
@@ -53,11 +50,7 @@ __device__ __forceinline__ int ts_partial_bytes(int tile_groups, int ipg, int nb
 }
 
 // nslots (1, 2 or 4): how many tiles' partial sums a CTA keeps (its warps run up to nslots - 1 tiles apart).
-// NW: the CTA's warps. XS (X STATIONARY; LOW, one sub-step per item, NW % items_per_group == 0, host-guaranteed):
-// warp w takes item w % ipg of every row group it meets, so its sub-step's columns never change and its x rows are
-// loaded once into registers for the whole launch instead of once a sub-step (docs/PERFORMANCE.md, session 19: x's
-// loads are what 8 rows cost over 1).
-template <int MT, bool LOW, bool TWIN, int NW = TC_WARPS, bool XS = false>
+template <int MT, bool LOW, bool TWIN>
 __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& tabs, const uint8_t* sign_mantissa,
                                           const uint16_t* wd, const __nv_bfloat16* x, __nv_bfloat16* y, int nb,
                                           int rows, int cols, long long base, int tile_groups, int steps, int nslots) {
@@ -103,8 +96,8 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
             return;
         }
         p.s = 0;
-        p.item += NW;
-        p.index += NW;
+        p.item += TC_WARPS;
+        p.index += TC_WARPS;
         if (p.item >= items) {
             p.item = (int)warp;
             p.tile += gridDim.x;
@@ -114,13 +107,13 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
     };
 
     // DF11: lane L's pair of the warp's sub-step 32 j + L (THE ESCAPE RANGES, df11_tc_stream.cuh).
-    const int per_tile = (items - (int)warp + NW - 1) / NW;   // the warp's items in a tile
+    const int per_tile = (items - (int)warp + TC_WARPS - 1) / TC_WARPS;   // the warp's items in a tile
     auto batch = [&](int j, uint32_t& lo, uint32_t& hi) {
         lo = hi = 0;
         if (TWIN || per_tile <= 0) return;
         const int q = 32 * j + (int)lane, nth_item = q / steps, s = q - nth_item * steps;
         const int tile = (int)blockIdx.x + (int)gridDim.x * (nth_item / per_tile);
-        const int index = tile * items + (int)warp + NW * (nth_item % per_tile);
+        const int index = tile * items + (int)warp + TC_WARPS * (nth_item % per_tile);
         if (tile < ntiles && index < member_items) {
             const uint32_t c = first_chunk + (uint32_t)(index * steps + s);
             lo = __ldg(pk.chunk_escapes + c);
@@ -146,7 +139,7 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
 
     // The table's copy (DF11) in its own group, the first TS_DEPTH - 1 sub-steps' copies, then the table awaited while
     // they fly.
-    if (!TWIN) ts_stage_table(32 * NW);
+    if (!TWIN) ts_stage_table(TC_THREADS);
     ts_commit();
     TsPos ahead = {(int)blockIdx.x, (int)warp, 0, (int)blockIdx.x * items + (int)warp, false, 0, 0u, 0, 0, false};
     locate(ahead);
@@ -162,22 +155,13 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
     // completed. Without the attribute this returns at once.
     grid_dependency_wait();
     __syncthreads();
-    // XS: the warp's x rows at its one sub-step's columns (cg = warp % ipg), for every row group it takes.
-    uint4 xs_r[8];
-    if constexpr (XS) {
-        const int cg = (int)warp % ipg;
-        const uint4* xp = reinterpret_cast<const uint4*>(
-            x + (long long)min((int)g, nb - 1) * cols + 2048 * (cg >> 3) + 32 * (cg & 7) + 8 * (int)t);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) xs_r[i] = __ldg(xp + 32 * i);      // XS: whole chunks, W == 2048
-    }
 
     // PARTIAL SUMS. Tile iteration n's items write their sums into slot n % nslots; the tile's REDUCER (warp n % part)
     // waits on barrier FULL(slot) for every warp's sums, adds them per output in item order and releases the slot on
     // FREE(slot, parity) for tile iteration n + nslots, whose other warps wait on it before writing. So warps wait
     // only for a tile nslots back, not for each other at every tile. Warps past `part` (a tile with fewer than 8
     // items) take no part. Barrier ids: 0 __syncthreads, FULL 1 .. nslots, FREE after them (2 parities x nslots).
-    const int part = min(NW, items), threads = 32 * part;
+    const int part = min(TC_WARPS, items), threads = 32 * part;
     const int FULL = 1, FREE = 1 + nslots;
     int slot = 0;
     // The warp's first item of every tile is `warp`: its item in its row group and its row group in the tile.
@@ -200,9 +184,9 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
         const int freer = reducer - back < 0 ? reducer - back + part : reducer - back;   // iteration n - nslots's
         if (n >= nslots && (int)warp != freer) ts_bar_sync(FREE + nslots * parity + ps, threads);
         int in_group = first_in_group, G = tile * tile_groups + first_group;
-        for (int item = warp; item < items; item += NW) {
+        for (int item = warp; item < items; item += TC_WARPS) {
             if (item != (int)warp) {
-                for (in_group += NW; in_group >= ipg; in_group -= ipg) ++G;
+                for (in_group += TC_WARPS; in_group >= ipg; in_group -= ipg) ++G;
             }
             TcAcc<MT> acc;
             tc_acc_zero<MT>(acc);
@@ -214,10 +198,7 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
                 // LOW: the sub-step's x row g, or row nb - 1 for g >= nb (tc_x's rule: those rows of the mma's output
                 // are never stored, and the loads need no predicate or zeroing).
                 uint4 xr[8];
-                if constexpr (XS && !TS_DIAG_NOXS) {
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) xr[i] = xs_r[i];
-                } else if (LOW) {
+                if (LOW) {
                     const int cg = in_group * steps + s;
                     const uint4* xp = reinterpret_cast<const uint4*>(
                         x + (long long)min((int)g, nb - 1) * cols + 2048 * (cg >> 3) + 32 * (cg & 7) + 8 * (int)t);
@@ -292,31 +273,6 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
 
 
 TS_INSTANTIATE(8, 1, true)
-
-// X STATIONARY at 3-8 rows (tc/stream.rs: one sub-step per item, a row group's 8 or 16 items): 16 warps, one CTA an
-// SM (the escape table once for 16 warps).
-extern "C" __global__ void __launch_bounds__(16 * 32, 1) df11_tc_stream_8s(TS_PACKED_ARGS) {
-    const FgPacked pk = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, t0, t1};
-    const TsTables tabs = {t0, t1, t0b, t1b, t0c, t1c, g1, g2};
-    tc_stream<1, true, false, 16, true>(pk, tabs, sign_mantissa, nullptr, x, y, nb, rows, cols, base, tile_groups,
-                                         steps, nslots);
-}
-extern "C" __global__ void __launch_bounds__(16 * 32, 1) df11_tc_stream_8w(TS_PACKED_ARGS) {
-    const FgPacked pk = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, t0, t1};
-    const TsTables tabs = {t0, t1, t0b, t1b, t0c, t1c, g1, g2};
-    tc_stream<1, true, false, 16, false>(pk, tabs, sign_mantissa, nullptr, x, y, nb, rows, cols, base, tile_groups,
-                                          steps, nslots);
-}
-extern "C" __global__ void __launch_bounds__(16 * 32, 1) bf16_tc_stream_8w(TS_TWIN_ARGS) {
-    const FgPacked pk = {};
-    const TsTables tabs = {};
-    tc_stream<1, true, true, 16, false>(pk, tabs, nullptr, w, x, y, nb, rows, cols, 0, tile_groups, steps, nslots);
-}
-extern "C" __global__ void __launch_bounds__(16 * 32, 1) bf16_tc_stream_8s(TS_TWIN_ARGS) {
-    const FgPacked pk = {};
-    const TsTables tabs = {};
-    tc_stream<1, true, true, 16, true>(pk, tabs, nullptr, w, x, y, nb, rows, cols, 0, tile_groups, steps, nslots);
-}
 TS_INSTANTIATE(1, 1, false)
 TS_INSTANTIATE(2, 2, false)
 TS_INSTANTIATE(4, 4, false)

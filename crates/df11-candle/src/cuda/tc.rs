@@ -41,11 +41,6 @@ pub(crate) struct TcTiling {
     pub(crate) tile_groups: usize,
     items_per_group: usize,
     m_tiles: usize,
-    /// The streaming kernels' x-stationary form takes it ([`x_stationary`]).
-    x_stationary: bool,
-    /// Warps of a streaming CTA: 8, or 16 (one CTA an SM) for the x-stationary kernels and
-    /// `DF11_TC_WIDE=on` at 3-8 rows.
-    warps: usize,
 }
 
 impl TcTiling {
@@ -68,9 +63,6 @@ impl TcTiling {
         let chunks = cols.div_ceil(2048);
         let first = if streams_wide_items(cols, nb) { 4 } else { 2 };
         let steps = steps_override().unwrap_or_else(|| {
-            if x_stationary(cols, nb) && xs_allowed() {
-                return 1;
-            }
             [2, 4, 8]
                 .into_iter()
                 .filter(|&s| s >= first)
@@ -78,17 +70,10 @@ impl TcTiling {
                 .unwrap_or(8)
         });
         let items_per_group = chunks * (8 / steps);
-        let x_stationary = steps == 1 && x_stationary(cols, nb) && xs_allowed();
-        // Enough items per tile for the 8 warps (16 for the x-stationary kernels), within the
-        // partial-sum budget.
-        let warps: usize = if x_stationary || ((3..=8).contains(&nb) && wide_ctas()) {
-            16
-        } else {
-            8
-        };
+        // Enough items per tile for the 8 warps, within the partial-sum budget.
         let per_group = items_per_group * nb * 32;
         let tile_groups = tile_groups_override()
-            .unwrap_or_else(|| warps.div_ceil(items_per_group))
+            .unwrap_or_else(|| 8usize.div_ceil(items_per_group))
             .min((MAX_PARTIAL_BYTES / per_group).max(1))
             .min(rows.div_ceil(8));
         Ok(Self {
@@ -96,8 +81,6 @@ impl TcTiling {
             tile_groups,
             items_per_group,
             m_tiles,
-            x_stationary,
-            warps,
         })
     }
 
@@ -141,32 +124,6 @@ impl TcTiling {
 /// speed, never a bit, so `df11_tc.cu` sums such products in four sub-steps too.
 fn streams_wide_items(cols: usize, nb: usize) -> bool {
     (3..=16).contains(&nb) && crate::cuda::tile_order::tiles_whole_chunks(cols)
-}
-
-/// Whether a product over `cols` columns with `nb` rows of input sums one sub-step per item so the
-/// streaming kernels' x-stationary form (`df11_tc_stream_8s`: 16 warps, warp w always on item
-/// w % 8 or w % 16 of a row group, its x columns loaded once a launch) takes it: 3 to 8 rows over
-/// one or two whole chunks (cols 2048 or 4096) tiled in whole chunks. Measured (session 19,
-/// H100): x loaded once instead of once a sub-step takes a Qwen3-8B layer at 8 rows from 0.151
-/// to 0.129 ms. Like [`streams_wide_items`], a property of the shape, never of the setting or
-/// the weight format, so every kernel sums such products alike.
-fn x_stationary(cols: usize, nb: usize) -> bool {
-    (3..=8).contains(&nb)
-        && cols.div_ceil(2048) <= 2
-        && crate::cuda::tile_order::tiles_whole_chunks(cols)
-}
-
-/// `DF11_TC_XS=off`: the x-stationary kernels not taken (for measurements; their shapes then
-/// sum as the other 3-16-row products do, unless `DF11_TC_STEPS` says otherwise).
-fn xs_allowed() -> bool {
-    static XS: OnceLock<bool> = OnceLock::new();
-    *XS.get_or_init(|| std::env::var("DF11_TC_XS").map_or(true, |v| v != "off"))
-}
-
-/// `DF11_TC_WIDE=on`: 16-warp streaming CTAs (one an SM) at 3-8 rows, for measurements.
-fn wide_ctas() -> bool {
-    static WIDE: OnceLock<bool> = OnceLock::new();
-    *WIDE.get_or_init(|| std::env::var("DF11_TC_WIDE").is_ok_and(|v| v == "on"))
 }
 
 /// `DF11_TC_STEPS` (1, 2, 4 or 8): sub-steps per item, for measurements. It changes the summation
@@ -503,13 +460,7 @@ mod tests {
                 assert_eq!(8 % t.steps, 0);
                 // Two sub-steps per item wherever the partial sums fit (four for the streaming
                 // kernels' 3 to 16 rows on tiled widths).
-                let first = if x_stationary(cols, nb) {
-                    1
-                } else if streams_wide_items(cols, nb) {
-                    4
-                } else {
-                    2
-                };
+                let first = if streams_wide_items(cols, nb) { 4 } else { 2 };
                 if cols.div_ceil(2048) * (8 / first) * nb * 32 <= MAX_PARTIAL_BYTES {
                     assert_eq!(t.steps, first, "[{rows}, {cols}] x {nb}");
                 }

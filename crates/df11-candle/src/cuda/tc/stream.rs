@@ -69,26 +69,10 @@ pub(super) struct StreamPlan {
     smem: usize,
     pub(super) nslots: i32,
     per_sm: u32,
-    /// Threads of a CTA: 8 warps, 16 for the x-stationary kernels.
-    threads: u32,
 }
 
 impl TcTiling {
     fn stream_kernel(&self, nb: usize, twin: bool) -> &'static str {
-        if self.x_stationary {
-            return if twin {
-                "bf16_tc_stream_8s"
-            } else {
-                "df11_tc_stream_8s"
-            };
-        }
-        if self.warps == 16 {
-            return if twin {
-                "bf16_tc_stream_8w"
-            } else {
-                "df11_tc_stream_8w"
-            };
-        }
         match (twin, self.m_tiles) {
             (false, 1) if nb <= 8 => "df11_tc_stream_8",
             (false, 1) => "df11_tc_stream_1",
@@ -117,15 +101,9 @@ impl TcTiling {
             (STREAM_TABLE_BYTES, STREAM_STAGE_BYTES)
         };
         let depth = stream_module().map_or(STREAM_RING_STAGES / 8, |(_, d)| d);
-        // The x-stationary kernels: 16 warps, one CTA an SM (compiled for it).
-        let (warps, per_sm_choices): (usize, &[u32]) = if self.warps == 16 {
-            (16, &[1])
-        } else {
-            (8, &[2, 1])
-        };
-        let ring = warps * depth * stage;
+        let ring = 8 * depth * stage;
         let partial = self.partial_bytes(nb).next_multiple_of(16);
-        for &per_sm in per_sm_choices {
+        for per_sm in [2u32, 1] {
             for nslots in [4usize, 2, 1] {
                 if slots.is_some_and(|n| n < nslots) {
                     continue;
@@ -138,7 +116,6 @@ impl TcTiling {
                         smem,
                         nslots: nslots as i32,
                         per_sm,
-                        threads: 32 * warps as u32,
                     });
                 }
             }
@@ -185,7 +162,7 @@ pub(super) fn stream_config(
     };
     let name = tiling.stream_kernel(nb, twin);
     let (module, _) = stream_module()?;
-    let mut cfg = launch_config_in(
+    let cfg = launch_config_in(
         dev,
         &module,
         name,
@@ -193,7 +170,6 @@ pub(super) fn stream_config(
         tiling.tiles(rows),
         plan.per_sm,
     )?;
-    cfg.block_dim.0 = plan.threads;
     Ok(Some((cfg, name, plan)))
 }
 
@@ -224,13 +200,9 @@ mod tests {
                     let table = if twin { 0 } else { STREAM_TABLE_BYTES };
                     assert!(p.smem + table <= optin);
                     assert!(p.per_sm as usize * (p.smem + table + 1024) <= SM_SHARED_BYTES);
-                    // The decode step's batches keep 4 slots and 2 CTAs per SM (one 16-warp CTA
-                    // for the x-stationary kernels: 3-8 rows over 2048 or 4096 columns).
+                    // The decode step's batches keep 2 CTAs per SM and 4 slots.
                     if nb <= 8 && cols <= 12288 {
-                        let per_sm = if t.x_stationary { 1 } else { 2 };
-                        assert_eq!(t.x_stationary, (3..=8).contains(&nb) && cols <= 4096);
-                        assert_eq!((p.per_sm, p.nslots), (per_sm, 4), "[{rows}, {cols}] x {nb}");
-                        assert_eq!(p.threads, 32 * 8 * (3 - per_sm));
+                        assert_eq!((p.per_sm, p.nslots), (2, 4), "[{rows}, {cols}] x {nb}");
                     }
                 }
             }
