@@ -12,7 +12,8 @@
 //! streaming and panel kernels, `DF11_TC_PANEL` off and on), each timed eagerly and as a replayed
 //! CUDA graph of the four launches (PDL edges where `DF11_PDL` allows), with the DF11 bytes read
 //! per layer; checks every kernel's outputs bit for bit first (`TC_PROBE_NO_CHECK`: prints a
-//! difference instead of stopping; `TC_PROBE_X=same`: every row of x the same).
+//! difference instead of stopping; `TC_PROBE_X=same`: every row of x the same; `TC_PROBE_ONLY=0,2`
+//! and `TC_PROBE_REPEAT=n`: only some of the four launches, each n times, times per repeat).
 //!
 //! `tc_probe prefill M SLICE...`: the same layer's products at M rows the way a prompt runs them
 //! (the weight decoded, then cuBLAS), whole and by slices of SLICE weight rows (each slice
@@ -127,9 +128,23 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
                 x.broadcast_as((batch, c))?.contiguous()
             })
             .collect::<candle_core::Result<_>>()?;
+        // TC_PROBE_ONLY=0,2: only those of the four launches; TC_PROBE_REPEAT=n: each n times
+        // (the times printed are per repeat): a launch's own cost, tails included.
+        let only: Vec<usize> = std::env::var("TC_PROBE_ONLY").map_or((0..4).collect(), |v| {
+            v.split(',').filter_map(|i| i.trim().parse().ok()).collect()
+        });
+        let repeat: usize = std::env::var("TC_PROBE_REPEAT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1)
+            .max(1);
         let run = |ls: &[Df11Linear]| {
-            for (l, x) in ls.iter().zip(&xs) {
-                l.forward(x).unwrap();
+            for _ in 0..repeat {
+                for (i, (l, x)) in ls.iter().zip(&xs).enumerate() {
+                    if only.contains(&i) {
+                        l.forward(x).unwrap();
+                    }
+                }
             }
         };
         set_matmul_path(MatmulPath::Fused);
@@ -174,6 +189,9 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
         }
         set_tc_panel(false);
         let [twin_s, df11_s, twin_p, df11_p] = [timed[0], timed[1], timed[2], timed[3]];
+        let per = repeat as f64;
+        let [cublas, twin_s, df11_s, twin_p, df11_p] =
+            [cublas, twin_s, df11_s, twin_p, df11_p].map(|t| (t.0 / per, t.1 / per));
         let ms = |t: (f64, f64)| format!("{:.4} / {:.4}", t.0 * 1e3, t.1 * 1e3);
         println!(
             "{batch:>5} | {} | {} | {} | {} | {} | {:.2} | {:.2}x | {:.2}x | {:.2}x",
@@ -347,9 +365,23 @@ fn main() -> anyhow::Result<()> {
             .iter()
             .map(|&(_, c)| Tensor::randn(0f32, 1.0, (batch, c), &dev)?.to_dtype(DType::BF16))
             .collect::<candle_core::Result<_>>()?;
+        // TC_PROBE_ONLY=0,2: only those of the four launches; TC_PROBE_REPEAT=n: each n times
+        // (the times printed are per repeat): a launch's own cost, tails included.
+        let only: Vec<usize> = std::env::var("TC_PROBE_ONLY").map_or((0..4).collect(), |v| {
+            v.split(',').filter_map(|i| i.trim().parse().ok()).collect()
+        });
+        let repeat: usize = std::env::var("TC_PROBE_REPEAT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1)
+            .max(1);
         let run = |ls: &[Df11Linear]| {
-            for (l, x) in ls.iter().zip(&xs) {
-                l.forward(x).unwrap();
+            for _ in 0..repeat {
+                for (i, (l, x)) in ls.iter().zip(&xs).enumerate() {
+                    if only.contains(&i) {
+                        l.forward(x).unwrap();
+                    }
+                }
             }
         };
         let mut out = Vec::new();
