@@ -49,9 +49,8 @@ __device__ __forceinline__ int ts_partial_bytes(int tile_groups, int ipg, int nb
     return (tile_groups * ipg * nb * 32 + 15) & ~15;
 }
 
-// nslots (1, 2 or 4): how many tiles' partial sums a CTA keeps (its warps run up to nslots - 1 tiles apart). Y16: the
-// escape table with .y in halves (TsTable16).
-template <int MT, bool LOW, bool TWIN, bool Y16 = false>
+// nslots (1, 2 or 4): how many tiles' partial sums a CTA keeps (its warps run up to nslots - 1 tiles apart).
+template <int MT, bool LOW, bool TWIN>
 __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& tabs, const uint8_t* sign_mantissa,
                                           const uint16_t* wd, const __nv_bfloat16* x, __nv_bfloat16* y, int nb,
                                           int rows, int cols, long long base, int tile_groups, int steps, int nslots) {
@@ -140,7 +139,7 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
 
     // The table's copy (DF11) in its own group, the first TS_DEPTH - 1 sub-steps' copies, then the table awaited while
     // they fly.
-    if (!TWIN) ts_stage_table<Y16>(TC_THREADS);
+    if (!TWIN) ts_stage_table(TC_THREADS);
     ts_commit();
     TsPos ahead = {(int)blockIdx.x, (int)warp, 0, (int)blockIdx.x * items + (int)warp, false, 0, 0u, 0, 0, false};
     locate(ahead);
@@ -222,7 +221,7 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
                 if (TWIN) {
                     ts_twin_passes(st, min(2048, cols - 2048 * (cg >> 3)), mul);
                 } else {
-                    ts_df11_substep<Y16>(st, t0, t1, pk, mul);
+                    ts_df11_substep(st, t0, t1, pk, mul);
                 }
             }
             tc_store_item<MT, LOW>(acc, psum + (long long)item * nb * 8, nb);
@@ -274,14 +273,6 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
 
 
 TS_INSTANTIATE(8, 1, true)
-
-// 5-8 rows (tc/stream.rs): the same with the 24 KB table (TsTable16).
-extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) df11_tc_stream_8y(TS_PACKED_ARGS) {
-    const FgPacked pk = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, t0, t1};
-    const TsTables tabs = {t0, t1, t0b, t1b, t0c, t1c, g1, g2};
-    tc_stream<1, true, false, true>(pk, tabs, sign_mantissa, nullptr, x, y, nb, rows, cols, base, tile_groups, steps,
-                                    nslots);
-}
 TS_INSTANTIATE(1, 1, false)
 TS_INSTANTIATE(2, 2, false)
 TS_INSTANTIATE(4, 4, false)

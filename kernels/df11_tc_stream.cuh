@@ -23,7 +23,6 @@
 #define TS_STAGE (TS_HEAD + 16)              // 3120 B
 #define TS_TWIN_STAGE 4096                   // twin stage: 8 passes x 32 lanes x 16 B
 #define TS_TABLE_BYTES (8 * 4096)
-#define TS_TABLE16_BYTES (6 * 4096)               // the table with its .y words as halves (TsTable16)
 
 // THE ESCAPE TABLE, indexed by four codes (12 bits, code k at bits 3k): 4096 words .x, then 4096 words .y. Entry .x:
 // bits 0-15 the byte selector that takes each code's exponent from the member's table (t0: codes 0-3, t1: codes 4-7,
@@ -47,28 +46,9 @@ struct __align__(16) TsTable {
     }
 };
 __device__ const TsTable ts_table;
-
-// THE SAME TABLE WITH .y IN HALVES (a .y selector fits 16 bits): 4096 words .x, then 4096 halves .y: 24 KB instead of
-// 32. Why: at 5-8 rows the two CTAs of an SM then fit the 168 KB shared-memory carveout instead of 201 KB, so L1 keeps
-// twice the x rows (hit rate 24% -> 52% on gate/up at 8 rows) for one more instruction a lookup (the .y address is
-// half the .x one): a Qwen3-8B layer at 8 rows 0.147-0.150 -> 0.141-0.145 ms, at 1-4 rows 1-2% slower (H100,
-// docs/PERFORMANCE.md, session 19); the host takes it at 5-8 rows (tc/stream.rs).
-struct __align__(16) TsTable16 {
-    uint32_t e[4096 + 2048];
-    constexpr TsTable16() : e() {
-        const TsTable t;
-        for (uint32_t i = 0; i < 4096; ++i) {
-            e[i] = t.e[i];
-            e[4096 + i / 2] |= t.e[4096 + i] << (16 * (i & 1));
-        }
-    }
-};
-__device__ const TsTable16 ts_table16;
-
-// Their copies in shared memory (DF11 kernels only: a file-scope array is allocated in the kernels that use it), at a
+// Its copy in shared memory (DF11 kernels only: a file-scope array is allocated in the kernels that use it), at a
 // fixed address, so a lookup is one LDS with the table's offset as its immediate.
 __shared__ __align__(16) uint32_t ts_tab[2 * 4096];
-__shared__ __align__(16) uint32_t ts_tab16[4096 + 2048];
 
 // prmt with a run-time selector (__byte_perm masks each selector nibble with a logic op first; ours never set bit 3
 // of a nibble, and prmt reads only the low 16 bits).
@@ -135,10 +115,9 @@ __device__ __forceinline__ void ts_mul(const uint32_t (&w)[4], const TcX<MT>& xs
     }
 }
 
-// One DF11 sub-step from its stage st: for each pass i, the lane's 8 codes -> exponents with escapes (ts_table, or
-// ts_table16 for Y16) -> BF16 pairs w -> mul(i, w) (the pass's mma). FAST: `held` holds the lane's escapes; SLOW: they
-// are read at `cursor` every pass.
-template <bool SLOW, bool Y16, class Mul>
+// One DF11 sub-step from its stage st: for each pass i, the lane's 8 codes -> exponents with escapes (ts_table) -> BF16
+// pairs w -> mul(i, w) (the pass's mma). FAST: `held` holds the lane's escapes; SLOW: they are read at `cursor` every pass.
+template <bool SLOW, class Mul>
 __device__ __forceinline__ void ts_passes(const uint8_t* st, uint32_t t0, uint32_t t1, unsigned long long held,
                                           uint32_t cursor, const FgPacked& pk, Mul&& mul) {
     const uint32_t lane = threadIdx.x & 31;
@@ -153,24 +132,10 @@ __device__ __forceinline__ void ts_passes(const uint8_t* st, uint32_t t0, uint32
         // lane takes no part in the bank conflicts of random lookups. (One 8-byte lookup of both: 3.6-way conflicts,
         // 58% of the kernel's shared-load wavefronts; 0.157 -> 0.152 ms a Qwen3-8B layer at 1 row, H100.)
         uint2 a, b;
-        if constexpr (Y16) {
-            // The .y half's byte offset is half the .x word's (the shift kept in PTX: ptxas would otherwise rebuild
-            // both offsets from v, two more instructions a lookup).
-            const uint32_t oa = (v << 2) & 0x3ffcu, ob = (v >> 10) & 0x3ffcu;
-            uint32_t ya, yb;
-            asm("shr.b32 %0, %1, 1;" : "=r"(ya) : "r"(oa));
-            asm("shr.b32 %0, %1, 1;" : "=r"(yb) : "r"(ob));
-            const char* tb = reinterpret_cast<const char*>(ts_tab16);
-            a.x = *reinterpret_cast<const uint32_t*>(tb + oa);
-            b.x = *reinterpret_cast<const uint32_t*>(tb + ob);
-            a.y = (a.x >> 16) ? (uint32_t)*reinterpret_cast<const uint16_t*>(tb + 16384 + ya) : 0x3210u;
-            b.y = (b.x >> 16) ? (uint32_t)*reinterpret_cast<const uint16_t*>(tb + 16384 + yb) : 0x3210u;
-        } else {
-            a.x = ts_tab[v & 0xfffu];
-            b.x = ts_tab[(v >> 12) & 0xfffu];
-            a.y = (a.x >> 16) ? ts_tab[4096 + (v & 0xfffu)] : 0x3210u;        // 0x3210: keep the four bytes
-            b.y = (b.x >> 16) ? ts_tab[4096 + ((v >> 12) & 0xfffu)] : 0x3210u;
-        }
+        a.x = ts_tab[v & 0xfffu];
+        b.x = ts_tab[(v >> 12) & 0xfffu];
+        a.y = (a.x >> 16) ? ts_tab[4096 + (v & 0xfffu)] : 0x3210u;            // 0x3210: keep the four bytes
+        b.y = (b.x >> 16) ? ts_tab[4096 + ((v >> 12) & 0xfffu)] : 0x3210u;
         if (SLOW) held = ts_fetch8(pk, cursor);
         const uint32_t elo = ts_prmt(ts_prmt(t0, t1, a.x), (uint32_t)held, a.y);
         held >>= a.x >> 16;
@@ -257,8 +222,8 @@ __device__ __forceinline__ void ts_stage_twin(uint8_t* st_lane, const uint16_t* 
 }
 
 // One DF11 sub-step from its landed stage st (the whole stage): the lane's escapes held in a register where every
-// lane's fit (FAST), else read from global memory pass by pass (SLOW). Y16: the table is ts_tab16.
-template <bool Y16 = false, class Mul>
+// lane's fit (FAST), else read from global memory pass by pass (SLOW).
+template <class Mul>
 __device__ __forceinline__ void ts_df11_substep(const uint8_t* st, uint32_t t0, uint32_t t1, const FgPacked& pk,
                                                 Mul&& mul) {
     const uint32_t lane = threadIdx.x & 31;
@@ -273,9 +238,9 @@ __device__ __forceinline__ void ts_df11_substep(const uint8_t* st, uint32_t t0, 
         const uint32_t e0 = ew[q], e1 = ew[q + 1], e2 = ew[q + 2];
         const unsigned long long held =
             ((unsigned long long)__funnelshift_r(e1, e2, sh) << 32) | __funnelshift_r(e0, e1, sh);
-        ts_passes<false, Y16>(st, t0, t1, held, 0, pk, mul);
+        ts_passes<false>(st, t0, t1, held, 0, pk, mul);
     } else {
-        ts_passes<true, Y16>(st, t0, t1, 0, start, pk, mul);
+        ts_passes<true>(st, t0, t1, 0, start, pk, mul);
     }
 }
 
@@ -286,16 +251,9 @@ __device__ __forceinline__ void ts_table_of(const TsTables& tabs, int G, uint32_
     t1 = in_a ? tabs.t1a : in_b ? tabs.t1b : tabs.t1c;
 }
 
-// The escape table's copy into ts_tab (ts_tab16 for Y16) by the CTA's `threads` threads (the caller commits it).
-template <bool Y16 = false>
+// The escape table's copy into ts_tab by the CTA's `threads` threads (the caller commits it).
 __device__ __forceinline__ void ts_stage_table(int threads) {
-    if constexpr (Y16) {
-        for (int i = threadIdx.x; i < TS_TABLE16_BYTES / 16; i += threads)
-            ts_copy16(&ts_tab16[4 * i], &ts_table16.e[4 * i], 16);
-    } else {
-        for (int i = threadIdx.x; i < TS_TABLE_BYTES / 16; i += threads)
-            ts_copy16(&ts_tab[4 * i], &ts_table.e[4 * i], 16);
-    }
+    for (int i = threadIdx.x; i < TS_TABLE_BYTES / 16; i += threads) ts_copy16(&ts_tab[4 * i], &ts_table.e[4 * i], 16);
 }
 
 // THE ESCAPE RANGES of a warp's DF11 sub-steps, 32 at a time: lane L holds chunk_escapes[c], [c + 1] of the warp's

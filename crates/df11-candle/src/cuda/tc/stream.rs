@@ -13,11 +13,9 @@ use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::setting::Setting;
 
 const STREAM_MODULE: Module = fatbin_module!("df11_tc_stream");
-/// The streaming DF11 kernel's escape table (kernels/df11_tc_stream.cuh: two arrays of 4096
-/// words, static shared memory), and its form with the second array in halves
-/// (`df11_tc_stream_8y`, [`table16`]).
+/// The streaming DF11 kernel's escape table (kernels/df11_tc_stream.cu: two arrays of 4096
+/// words, static shared memory).
 const STREAM_TABLE_BYTES: usize = 8 * 4096;
-const STREAM_TABLE16_BYTES: usize = 6 * 4096;
 /// A stage of the streaming kernels: `TS_STAGE` bytes (DF11) or `TS_TWIN_STAGE` (twin); each of
 /// the 8 warps of a CTA has `TS_DEPTH` (2) of them (kernels/df11_tc_stream.cu).
 const STREAM_STAGE_BYTES: usize = 3120;
@@ -73,29 +71,9 @@ pub(super) struct StreamPlan {
     per_sm: u32,
 }
 
-/// Whether a DF11 streaming launch with `nb` rows of input takes the 24 KB escape table
-/// (`df11_tc_stream_8y`): 5 to 8 rows, where x's rows fill L1 and the smaller table lets the two
-/// CTAs of an SM fit the 168 KB shared-memory carveout instead of 201 KB (L1 56 -> 88 KB).
-/// Measured on the H100 (tc_probe layer, session 19): 8 rows 0.147-0.150 -> 0.141-0.145 ms a
-/// Qwen3-8B layer; 1 and 4 rows 1-2% slower with it (one more instruction a lookup), so not
-/// there. `DF11_TC_Y16_FROM` (1 to 9) moves the first row count, for measurements. The table's
-/// form changes no bit of output.
-fn table16(nb: usize) -> bool {
-    static FROM: OnceLock<usize> = OnceLock::new();
-    let from = *FROM.get_or_init(|| {
-        std::env::var("DF11_TC_Y16_FROM")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|v| (1..=9).contains(v))
-            .unwrap_or(6)
-    });
-    (from..=8).contains(&nb)
-}
-
 impl TcTiling {
     fn stream_kernel(&self, nb: usize, twin: bool) -> &'static str {
         match (twin, self.m_tiles) {
-            (false, 1) if table16(nb) => "df11_tc_stream_8y",
             (false, 1) if nb <= 8 => "df11_tc_stream_8",
             (false, 1) => "df11_tc_stream_1",
             (false, 2) => "df11_tc_stream_2",
@@ -119,8 +97,6 @@ impl TcTiling {
         let slots = slots_override();
         let (table, stage) = if twin {
             (0, STREAM_TWIN_STAGE_BYTES)
-        } else if self.m_tiles == 1 && table16(nb) {
-            (STREAM_TABLE16_BYTES, STREAM_STAGE_BYTES)
         } else {
             (STREAM_TABLE_BYTES, STREAM_STAGE_BYTES)
         };
@@ -221,11 +197,7 @@ mod tests {
                         );
                         continue;
                     };
-                    let table = match (twin, table16(nb)) {
-                        (true, _) => 0,
-                        (false, true) => STREAM_TABLE16_BYTES,
-                        (false, false) => STREAM_TABLE_BYTES,
-                    };
+                    let table = if twin { 0 } else { STREAM_TABLE_BYTES };
                     assert!(p.smem + table <= optin);
                     assert!(p.per_sm as usize * (p.smem + table + 1024) <= SM_SHARED_BYTES);
                     // The decode step's batches keep 2 CTAs per SM and 4 slots.
