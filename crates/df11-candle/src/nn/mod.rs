@@ -7,7 +7,8 @@
 //! - [`linear`]: [`linear::Df11Linear`] and [`linear::Df11Embedding`], one member of a unit as a
 //!   candle module.
 //! - [`weights`]: [`weights::ModelWeights`], a model's weights from a DF11 folder (compressed)
-//!   or a plain BF16 folder (dense) behind one interface, so a model is written once.
+//!   or a plain BF16 folder (dense) behind one interface, so a model is written once; its
+//!   `layers` child: the [`weights::Linear`] and [`weights::Embedding`] it hands out.
 //! - [`backend`]: [`backend::Df11Backend`], a `VarBuilder` backend for unmodified
 //!   candle-transformers models (weights decoded at load).
 
