@@ -1,5 +1,5 @@
 //! A compressed unit held on a candle device, and what it does: decode (whole, by blocks, by
-//! elements) and the fused products.
+//! elements) and the fused products (`group/products.rs`).
 //!
 //! On the CPU the decode op runs the block-parallel decoder; on CUDA it launches the kernels
 //! (`crate::nn::decode_ops`). Either way the result is a fresh BF16 tensor that lives only as
@@ -28,6 +28,7 @@ use crate::nn::device_form::{upload, Held, OnDevice};
 
 #[cfg(feature = "cuda")]
 mod ahead;
+mod products;
 
 /// Whether the unit stays on its device.
 enum Residency {
@@ -367,143 +368,12 @@ impl Df11Group {
         Ok(t.narrow(0, elements.start - base, elements.len())?)
     }
 
-    /// Whether the member `[.., cols]` at unit element `base` can go through the fused kernel:
-    /// on CUDA, packed or with a segment index, `base` and `cols` multiples of 8.
-    pub fn can_fuse(&self, base: usize, cols: usize) -> bool {
-        (self.is_packed() || self.has_segment_index())
-            && base.is_multiple_of(8)
-            && cols.is_multiple_of(8)
-    }
-
-    /// Member `member`'s tile order, if its device form stores it so (CUDA, packed, shape given
-    /// at load and suited: [`Self::new_shaped`]).
-    pub fn tile_order(&self, member: usize) -> Option<crate::TileOrder> {
-        #[cfg(feature = "cuda")]
-        if let Ok(on) = self.on_device() {
-            if let Store::Cuda(c) = &on.store {
-                return c.packed().and_then(|p| p.tile_order(member));
-            }
-        }
-        let _ = member;
-        None
-    }
-
     /// Whether the unit's exponents are kept packed on its device ([`crate::cuda::packed`]).
     pub fn is_packed(&self) -> bool {
         match &self.residency {
             Residency::Resident(r) => r.is_packed(),
             Residency::Offloaded(o) => o.is_packed(),
         }
-    }
-
-    /// `x2 · Wᵀ` (`x2`: `[nb, cols]` BF16, contiguous, at most `kernel.limit_rows()` rows) for the
-    /// member `[rows, cols]` at unit element `base`, through `kernel`'s DF11 kernel where it takes
-    /// the member, else by decoding the member and running `kernel`'s BF16 twin: either way the
-    /// bits of the BF16 model on the same path ([`crate::matmul`]).
-    #[cfg(feature = "cuda")]
-    pub(crate) fn fused_matmul(
-        &self,
-        x2: &Tensor,
-        base: usize,
-        rows: usize,
-        cols: usize,
-        kernel: crate::matmul::FusedKernel,
-    ) -> Result<Tensor> {
-        use crate::cuda::packed_kernels::PackedGemvOp;
-        use crate::cuda::tc::PackedTcOp;
-        use crate::matmul::FusedKernel;
-        let on = self.on_device()?;
-        let packed = match &on.store {
-            Store::Cuda(c) => c.packed(),
-            Store::Cpu { .. } => None,
-        };
-        match (kernel, packed) {
-            (FusedKernel::TensorCore, Some(unit)) => {
-                let op = PackedTcOp {
-                    unit,
-                    base,
-                    rows,
-                    cols,
-                };
-                let nb = x2.elem_count() / cols.max(1);
-                let takes = match x2.device() {
-                    candle_core::Device::Cuda(dev) => op.takes(nb, dev)?,
-                    _ => false,
-                };
-                if takes {
-                    return Ok(on.sign_mantissa.apply_op2_no_bwd(x2, &op)?);
-                }
-            }
-            // A member in the tile order is read by the tensor-core kernels only.
-            (FusedKernel::CudaCore, Some(unit))
-                if self.can_fuse(base, cols)
-                    && unit.matrix_order(base, rows, cols) == Some(false) =>
-            {
-                let op = PackedGemvOp {
-                    unit,
-                    base,
-                    rows,
-                    cols,
-                };
-                return Ok(on.sign_mantissa.apply_op2_no_bwd(x2, &op)?);
-            }
-            (FusedKernel::CudaCore, None) if self.can_fuse(base, cols) => {
-                if let Store::Cuda(c) = &on.store {
-                    if let Some(unit) = c.segment_args(&self.layout) {
-                        let op = crate::cuda::fused::Df11GemvOp {
-                            unit,
-                            base,
-                            rows,
-                            cols,
-                        };
-                        return Ok(on.sign_mantissa.apply_op2_no_bwd(x2, &op)?);
-                    }
-                }
-            }
-            _ => {}
-        }
-        drop(on);
-        // The DF11 kernel cannot take this member: decode it and run the twin (same bits).
-        let end = rows
-            .checked_mul(cols)
-            .and_then(|n| n.checked_add(base))
-            .filter(|&end| end <= self.layout.n_elements)
-            .ok_or_else(|| {
-                Df11Error::Usage(format!(
-                    "`{}`: the [{rows}, {cols}] matrix at element {base} is outside the unit",
-                    self.name
-                ))
-            })?;
-        let w = self.decode_elements(base..end)?.reshape((rows, cols))?;
-        // The twins read w with 16-byte loads from its first element.
-        let w = if w.layout().start_offset().is_multiple_of(8) {
-            w
-        } else {
-            w.copy()?
-        };
-        Ok(crate::cuda::twin::twin_matmul(&w, x2, kernel)?)
-    }
-
-    /// Records that a linear layer reads the consecutive members at `elements` as one matrix.
-    pub(crate) fn add_stack(&self, elements: std::ops::Range<usize>) {
-        let mut stacks = self.stacks.lock().expect("stack lock");
-        if !stacks.contains(&elements) {
-            stacks.push(elements);
-        }
-    }
-
-    /// The element ranges a product reads: the stacks ([`Self::add_stack`]) and every member
-    /// outside them.
-    #[cfg(feature = "cuda")]
-    pub(crate) fn product_ranges(&self) -> Vec<std::ops::Range<usize>> {
-        let stacks = self.stacks.lock().expect("stack lock").clone();
-        let mut out = stacks.clone();
-        for m in self.layout.member_ranges() {
-            if !stacks.iter().any(|s| s.start <= m.start && m.end <= s.end) {
-                out.push(m);
-            }
-        }
-        out
     }
 
     /// Whether the unit has a segment index on its device (the fused and segment kernels).
