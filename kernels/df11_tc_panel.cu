@@ -218,6 +218,113 @@ __device__ __forceinline__ void tc_panel(const FgPacked& pk, const TsTables& tab
     ts_wait_group_le<0>();
 }
 
+// COLUMN-OWNED products at 1-8 rows (LOW; DF11_TC_COLOWN=on with the panel kernels on, one sub-step per item:
+// tc_panel.rs; a prototype, measured in docs/PERFORMANCE.md, session 19). CTA c takes chunk k = c % chunks of the row
+// groups c / chunks, + S, + 2 S ... (S = gridDim.x / chunks, a whole number: host-guaranteed); warp w takes item
+// j = 8 k + w of each (sub-step w of chunk k), so its columns never change and its x rows are loaded into registers
+// once a launch. Items are summed across CTAs as tc_panel's are (global partial sums, the row group's last item adds
+// them in item order): the same contract at one sub-step an item. Pipeline and decode: df11_tc_stream.cu's.
+template <bool TWIN>
+__device__ __forceinline__ void tc_colown(const FgPacked& pk, const TsTables& tabs, const uint8_t* sign_mantissa,
+                                          const uint16_t* wd, const __nv_bfloat16* x, __nv_bfloat16* y,
+                                          float* partial, uint32_t* counters, int nb, int rows, int cols,
+                                          long long base) {
+    launch_dependents();
+    if (TWIN) grid_dependency_wait();
+    extern __shared__ __align__(16) uint8_t tp_smem[];
+    constexpr int stage_bytes = TWIN ? TS_TWIN_STAGE : TS_STAGE;
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int chunks = cols / 2048, ipg = 8 * chunks, groups = (rows + 7) / 8;
+    const int k = (int)blockIdx.x % chunks, S = (int)gridDim.x / chunks, G0 = (int)blockIdx.x / chunks;
+    const int j = 8 * k + (int)warp;
+    uint8_t* ring = tp_smem + warp * (TS_DEPTH * stage_bytes);
+    uint8_t* ring_lane = ring + 16 * lane;
+    const uint32_t first_chunk = (uint32_t)(base >> 11);
+
+    // DF11: lane L's pair of the warp's sub-step 32 b + L (row group G0 + S (32 b + L)).
+    auto batch = [&](int b, uint32_t& lo, uint32_t& hi) {
+        lo = hi = 0;
+        if (TWIN) return;
+        const long long G = (long long)G0 + (long long)S * (32 * b + (int)lane);
+        if (G < groups) {
+            const uint32_t c = first_chunk + (uint32_t)(G * ipg + j);
+            lo = __ldg(pk.chunk_escapes + c);
+            hi = __ldg(pk.chunk_escapes + c + 1);
+        }
+    };
+    TsRanges ranges;
+    ts_ranges_start(ranges, batch);
+    // Starts the copies of row group G's sub-step into stage `slot` (none past the matrix) as one group.
+    auto issue = [&](int G, int slot) {
+        uint32_t esc_lo = 0, esc_hi = 0;
+        if (!TWIN) ts_ranges_next(ranges, batch, esc_lo, esc_hi);
+        uint8_t* st = ring_lane + slot * stage_bytes;
+        if (G < groups) {
+            if (TWIN) {
+                const int row = min(8 * G + (int)g, rows - 1);
+                const long long at = (long long)row * cols + 2048 * k + 8 * (4 * (int)warp + (int)t);
+                ts_stage_twin(st, wd + at, 2048, 8 * G + (int)g < rows);
+            } else {
+                ts_stage_df11(st, pk, sign_mantissa, first_chunk + (uint32_t)(G * ipg + j), esc_lo, esc_hi);
+            }
+        }
+        ts_commit();
+    };
+    if (!TWIN) ts_stage_table(TC_THREADS);
+    ts_commit();
+    int ahead = G0;
+#pragma unroll 1
+    for (int d = 0; d < TS_DEPTH - 1; ++d, ahead += S) issue(ahead, d);
+    ts_wait_group_le<TS_DEPTH - 1>();                           // the table's group
+    grid_dependency_wait();
+    __syncthreads();
+    // The warp's x rows at its columns 2048 k + 32 w + 8 t + 256 i (row nb - 1 past nb: never stored).
+    uint4 xr[8];
+    {
+        const uint4* xp = reinterpret_cast<const uint4*>(x + (long long)min((int)g, nb - 1) * cols + 2048 * k +
+                                                         32 * (int)warp + 8 * (int)t);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) xr[i] = __ldg(xp + 32 * i);
+    }
+    const long long per_item = (long long)nb * 8;
+    int slot = 0;
+    for (int G = G0; G < groups; G += S) {
+        __syncwarp();
+        issue(ahead, slot == 0 ? TS_DEPTH - 1 : slot - 1);
+        ahead += S;
+        ts_wait_group_le<TS_DEPTH - 1>();
+        __syncwarp();
+        const uint8_t* st = ring + slot * stage_bytes;
+        slot = slot + 1 == TS_DEPTH ? 0 : slot + 1;
+        TcAcc<1> acc;
+        tc_acc_zero<1>(acc);
+        auto mul = [&](int i, const uint32_t(&w)[4]) { tc_step_low(w, xr[i], acc); };
+        if (TWIN) {
+            ts_twin_passes(st, 2048, mul);
+        } else {
+            uint32_t t0, t1;
+            ts_table_of(tabs, G, t0, t1);
+            ts_df11_substep(st, t0, t1, pk, mul);
+        }
+        tc_store_item<1, true>(acc, partial + ((long long)G * ipg + j) * per_item, nb);
+        __threadfence();
+        __syncwarp();
+        uint32_t last = 0;
+        if (lane == 0) last = atomicAdd(counters + G, 1u) == (uint32_t)(ipg - 1);
+        if (!__shfl_sync(0xffffffffu, last, 0)) continue;
+        __threadfence();
+        const float* q = partial + (long long)G * ipg * per_item;
+        for (int o = (int)lane; o < nb * 8; o += 32) {
+            const int b = o >> 3, r = 8 * G + (o & 7);
+            float sum = 0.0f;
+            for (int it = 0; it < ipg; ++it) sum += __ldcg(q + it * per_item + o);
+            if (r < rows) y[(long long)b * rows + r] = __float2bfloat16_rn(sum);
+        }
+        if (lane == 0) counters[G] = 0u;
+    }
+    ts_wait_group_le<0>();
+}
+
 #define TP_PACKED_ARGS                                                                                               \
     const uint32_t *codes, const uint32_t *chunk_escapes, const uint8_t *lane_starts, uint32_t n_chunks,             \
         const uint8_t *escapes, uint32_t n_escapes, uint32_t t0, uint32_t t1, uint32_t t0b, uint32_t t1b,           \
@@ -248,3 +355,14 @@ TP_INSTANTIATE(8, 1, true)
 TP_INSTANTIATE(1, 1, false)
 TP_INSTANTIATE(2, 2, false)
 TP_INSTANTIATE(4, 4, false)
+
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) df11_tc_colown(TP_PACKED_ARGS) {
+    const FgPacked pk = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, t0, t1};
+    const TsTables tabs = {t0, t1, t0b, t1b, t0c, t1c, g1, g2};
+    tc_colown<false>(pk, tabs, sign_mantissa, nullptr, x, y, partial, counters, nb, rows, cols, base);
+}
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) bf16_tc_colown(TP_TWIN_ARGS) {
+    const FgPacked pk = {};
+    const TsTables tabs = {};
+    tc_colown<true>(pk, tabs, nullptr, w, x, y, partial, counters, nb, rows, cols, 0);
+}
