@@ -42,23 +42,6 @@ static PANEL: Setting<bool> = Setting::new(
     &[("off", false), ("on", true)],
 );
 
-/// `DF11_TC_COLOWN` (`off`, the default, or `on`): with the panel kernels on, products of 1 to 8
-/// rows summed one sub-step an item (`DF11_TC_STEPS=1`) over whole chunks take the
-/// column-owned kernels instead (`tc_colown` in kernels/df11_tc_panel.cu: each warp on fixed
-/// columns, its x in registers for the launch). A prototype for measurements (docs/PERFORMANCE.md,
-/// session 19); outputs are the same either way.
-static COLOWN: Setting<bool> = Setting::new(
-    "DF11_TC_COLOWN",
-    "column-owned setting",
-    &[("off", false), ("on", true)],
-);
-
-/// Whether a product with `tiling` over `cols` columns at `nb` rows takes the column-owned
-/// kernels (see [`COLOWN`]).
-fn column_owned(tiling: &TcTiling, cols: usize, nb: usize) -> bool {
-    COLOWN.get() && nb <= 8 && tiling.steps == 1 && cols.is_multiple_of(2048) && cols <= 16 * 2048
-}
-
 /// Turns the panel kernels on or off for the whole process (overrides `DF11_TC_PANEL`; outputs
 /// are the same either way).
 pub fn set_tc_panel(on: bool) {
@@ -167,7 +150,6 @@ fn plan(
     tiling: &TcTiling,
     twin: bool,
     rows: usize,
-    cols: usize,
     nb: usize,
 ) -> candle_core::Result<Option<PanelLaunch>> {
     if !wanted(rows) {
@@ -183,33 +165,6 @@ fn plan(
     let ipg = tiling.items_per_group();
     // SAFETY: every item's sums are written by the kernel before any is read.
     let partial = unsafe { dev.alloc::<f32>(groups * ipg * nb * 8) }?;
-    if column_owned(tiling, cols, nb) {
-        // 2 CTAs an SM, a whole number of CTAs per chunk: CTA c takes chunk c % chunks.
-        let ring = if twin {
-            TWIN_RING_BYTES
-        } else {
-            DF11_RING_BYTES
-        };
-        let sms = dev
-            .cuda_stream()
-            .context()
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .w()? as usize;
-        let chunks = cols / 2048;
-        let per_chunk = groups.min((2 * sms / chunks).max(1));
-        let name = if twin {
-            "bf16_tc_colown"
-        } else {
-            "df11_tc_colown"
-        };
-        let cfg = launch_config_in(dev, &MODULE, name, ring, chunks * per_chunk, 2)?;
-        return Ok(Some(PanelLaunch {
-            cfg,
-            name,
-            partial,
-            counters,
-        }));
-    }
     let tasks = groups.div_ceil(8) * ipg;
     let name = kernel(nb, twin);
     let cfg = launch_config_in(dev, &MODULE, name, smem, tasks, per_sm)?;
@@ -246,7 +201,7 @@ pub(crate) fn df11(
     cols: usize,
     nb: usize,
 ) -> candle_core::Result<Option<CudaSlice<bf16>>> {
-    let Some(p) = plan(dev, tiling, false, rows, cols, nb)? else {
+    let Some(p) = plan(dev, tiling, false, rows, nb)? else {
         return Ok(None);
     };
     // SAFETY: every output is written by the kernel.
@@ -284,7 +239,7 @@ pub(crate) fn twin(
     cols: usize,
     nb: usize,
 ) -> candle_core::Result<Option<CudaSlice<bf16>>> {
-    let Some(p) = plan(dev, tiling, true, rows, cols, nb)? else {
+    let Some(p) = plan(dev, tiling, true, rows, nb)? else {
         return Ok(None);
     };
     // SAFETY: every output is written by the kernel.
