@@ -200,7 +200,12 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
             ms(twin_p),
             ms(df11_s),
             ms(df11_p),
-            bytes as f64 / df11_p.1 / 1e12,
+            // TB/s of the whole layer's bytes: not printed for a subset of the launches.
+            if only.len() == LAYER_AS_LAUNCHED.len() {
+                bytes as f64 / df11_p.1 / 1e12
+            } else {
+                f64::NAN
+            },
             cublas.1 / df11_p.1,
             cublas.1 / twin_p.1,
             df11_s.1 / df11_p.1,
@@ -365,23 +370,9 @@ fn main() -> anyhow::Result<()> {
             .iter()
             .map(|&(_, c)| Tensor::randn(0f32, 1.0, (batch, c), &dev)?.to_dtype(DType::BF16))
             .collect::<candle_core::Result<_>>()?;
-        // TC_PROBE_ONLY=0,2: only those of the four launches; TC_PROBE_REPEAT=n: each n times
-        // (the times printed are per repeat): a launch's own cost, tails included.
-        let only: Vec<usize> = std::env::var("TC_PROBE_ONLY").map_or((0..4).collect(), |v| {
-            v.split(',').filter_map(|i| i.trim().parse().ok()).collect()
-        });
-        let repeat: usize = std::env::var("TC_PROBE_REPEAT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1)
-            .max(1);
         let run = |ls: &[Df11Linear]| {
-            for _ in 0..repeat {
-                for (i, (l, x)) in ls.iter().zip(&xs).enumerate() {
-                    if only.contains(&i) {
-                        l.forward(x).unwrap();
-                    }
-                }
+            for (l, x) in ls.iter().zip(&xs) {
+                l.forward(x).unwrap();
             }
         };
         let mut out = Vec::new();
