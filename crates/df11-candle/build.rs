@@ -36,7 +36,6 @@ fn main() {
         "df11_tc",
         "df11_tc_stream",
         "df11_tc_panel",
-        "df11_tc_team",
         "llm_ops",
         "decode_step",
         "prefill_attention",

@@ -8,11 +8,10 @@
 //! (ROWS = COLS = 0: the seven matrices of a Qwen3-8B layer, timed together as one.)
 //!
 //! `tc_probe layer BATCH...`: a Qwen3-8B layer's products as the decode step launches them (q/k/v
-//! stacked, o, gate/up stacked, down: four launches), cuBLAS BF16, the twin and DF11 (tile order)
-//! of each kernel family `TC_PROBE_KERNELS` names (`stream`, `panel`, `team`; default
-//! `stream,team`), each timed as a replayed CUDA graph of the four launches (PDL edges where
-//! `DF11_PDL` allows), with the DF11 bytes read per layer; checks every kernel's outputs bit for
-//! bit first (`TC_PROBE_NO_CHECK`: prints a
+//! stacked, o, gate/up stacked, down: four launches), cuBLAS BF16, the twin and DF11 (tile order,
+//! streaming and panel kernels, `DF11_TC_PANEL` off and on), each timed eagerly and as a replayed
+//! CUDA graph of the four launches (PDL edges where `DF11_PDL` allows), with the DF11 bytes read
+//! per layer; checks every kernel's outputs bit for bit first (`TC_PROBE_NO_CHECK`: prints a
 //! difference instead of stopping; `TC_PROBE_X=same`: every row of x the same; `TC_PROBE_ONLY=0,2`
 //! and `TC_PROBE_REPEAT=n`: only some of the four launches, each n times, times per repeat).
 //!
@@ -25,8 +24,8 @@ use std::time::Instant;
 
 use candle_core::{DType, Device, Module, Tensor};
 use df11_candle::{
-    encode_unit, set_fused_kernel, set_matmul_path, set_tc_panel, set_tc_team, synth, Df11Group,
-    Df11Linear, ExponentForm, FusedKernel, MatmulPath, TeamUse, UnitLayout,
+    encode_unit, set_fused_kernel, set_matmul_path, set_tc_panel, synth, Df11Group, Df11Linear,
+    ExponentForm, FusedKernel, MatmulPath, UnitLayout,
 };
 
 fn time(dev: &Device, iters: usize, mut f: impl FnMut()) -> f64 {
@@ -114,35 +113,7 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
         "Qwen3-8B layer as launched {LAYER_AS_LAUNCHED:?}: DF11 {:.1} MB on the device",
         bytes as f64 / 1e6
     );
-    // TC_PROBE_KERNELS=stream,panel,team (default stream,team): the kernel families timed, each
-    // DF11 and its twin (stream: the streaming kernels alone; panel: `DF11_TC_PANEL` on; team:
-    // `DF11_TC_TEAM` on at every row count).
-    let all = [
-        ("stream", TeamUse::Off, false),
-        ("panel", TeamUse::Off, true),
-        ("team", TeamUse::On, false),
-    ];
-    let wanted = std::env::var("TC_PROBE_KERNELS").unwrap_or_else(|_| "stream,team".into());
-    let families: Vec<_> = all
-        .into_iter()
-        .filter(|(n, _, _)| wanted.split(',').any(|w| w.trim() == *n))
-        .collect();
-    anyhow::ensure!(
-        !families.is_empty(),
-        "TC_PROBE_KERNELS names none of stream, panel, team"
-    );
-    let set_family = |team: TeamUse, panel: bool| {
-        set_tc_team(team);
-        set_tc_panel(panel);
-    };
-    let names: Vec<String> = families
-        .iter()
-        .map(|(n, _, _)| format!("{n}: twin / DF11"))
-        .collect();
-    println!(
-        "batch | cuBLAS | {} | DF11 best TB/s | cuBLAS / DF11 best   (graph replays, ms a layer)",
-        names.join(" | ")
-    );
+    println!("batch | cuBLAS eager / graph ms | twin stream | twin panel | DF11 stream | DF11 panel (eager / graph ms) | DF11 panel TB/s | DF11 panel / cuBLAS | twin panel / cuBLAS | DF11 panel / DF11 stream (graphs)");
     set_fused_kernel(Some(FusedKernel::TensorCore));
     df11_candle::set_tc_stream(true);
     for &batch in batches {
@@ -177,7 +148,7 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
             }
         };
         set_matmul_path(MatmulPath::Fused);
-        // Every kernel family's output, bit for bit: DF11 and the twin of each.
+        // Every kernel's output, bit for bit: DF11 and the twin, panel kernels on and off.
         let outputs = |ls: &[Df11Linear]| -> anyhow::Result<Vec<Vec<half::bf16>>> {
             xs.iter()
                 .zip(ls)
@@ -185,10 +156,10 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
                 .collect()
         };
         let mut seen = Vec::new();
-        for &(name, team, panel) in &families {
-            set_family(team, panel);
-            seen.push((format!("DF11 {name}"), outputs(&df11)?));
-            seen.push((format!("twin {name}"), outputs(&dense)?));
+        for panel in [false, true] {
+            set_tc_panel(panel);
+            seen.push((format!("DF11, panel {panel}"), outputs(&df11)?));
+            seen.push((format!("twin, panel {panel}"), outputs(&dense)?));
         }
         // TC_PROBE_NO_CHECK: a difference is printed, not fatal (diagnostic kernel variants).
         let lenient = std::env::var_os("TC_PROBE_NO_CHECK").is_some();
@@ -204,28 +175,41 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
             );
         }
         set_matmul_path(MatmulPath::Decode);
-        let per = repeat as f64;
-        let cublas = time_graph(dev, 20, || run(&dense))? / per;
+        let cublas = (
+            time(dev, 20, || run(&dense)),
+            time_graph(dev, 20, || run(&dense))?,
+        );
         set_matmul_path(MatmulPath::Fused);
-        let mut cells = vec![format!("{batch:>5}"), format!("{:.4}", cublas * 1e3)];
-        let mut best = f64::INFINITY;
-        for &(_, team, panel) in &families {
-            set_family(team, panel);
-            let twin = time_graph(dev, 20, || run(&dense))? / per;
-            let ours = time_graph(dev, 20, || run(&df11))? / per;
-            best = best.min(ours);
-            cells.push(format!("{:.4} / {:.4}", twin * 1e3, ours * 1e3));
+        let mut timed = Vec::new();
+        for panel in [false, true] {
+            set_tc_panel(panel);
+            for ls in [&dense, &df11] {
+                timed.push((time(dev, 20, || run(ls)), time_graph(dev, 20, || run(ls))?));
+            }
         }
-        set_family(TeamUse::Auto, false);
-        // TB/s of the whole layer's bytes: not printed for a subset of the launches.
-        let tbs = if only.len() == LAYER_AS_LAUNCHED.len() {
-            bytes as f64 / best / 1e12
-        } else {
-            f64::NAN
-        };
-        cells.push(format!("{tbs:.2}"));
-        cells.push(format!("{:.2}x", cublas / best));
-        println!("{}", cells.join(" | "));
+        set_tc_panel(false);
+        let [twin_s, df11_s, twin_p, df11_p] = [timed[0], timed[1], timed[2], timed[3]];
+        let per = repeat as f64;
+        let [cublas, twin_s, df11_s, twin_p, df11_p] =
+            [cublas, twin_s, df11_s, twin_p, df11_p].map(|t| (t.0 / per, t.1 / per));
+        let ms = |t: (f64, f64)| format!("{:.4} / {:.4}", t.0 * 1e3, t.1 * 1e3);
+        println!(
+            "{batch:>5} | {} | {} | {} | {} | {} | {:.2} | {:.2}x | {:.2}x | {:.2}x",
+            ms(cublas),
+            ms(twin_s),
+            ms(twin_p),
+            ms(df11_s),
+            ms(df11_p),
+            // TB/s of the whole layer's bytes: not printed for a subset of the launches.
+            if only.len() == LAYER_AS_LAUNCHED.len() {
+                bytes as f64 / df11_p.1 / 1e12
+            } else {
+                f64::NAN
+            },
+            cublas.1 / df11_p.1,
+            cublas.1 / twin_p.1,
+            df11_s.1 / df11_p.1,
+        );
     }
     set_fused_kernel(None);
     Ok(())

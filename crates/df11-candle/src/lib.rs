@@ -125,8 +125,6 @@ pub use cuda::set_pdl;
 #[cfg(feature = "cuda")]
 pub use cuda::tc::set_tc_stream;
 #[cfg(feature = "cuda")]
-pub use cuda::tc::{set_tc_team, TeamUse};
-#[cfg(feature = "cuda")]
 pub use cuda::tc_panel::set_tc_panel;
 pub use cuda::tile_order::{
     set_tile_members, set_tile_policy, tile_members_enabled, tile_policy, TileMembers, TileOrder,

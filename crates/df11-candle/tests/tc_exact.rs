@@ -202,14 +202,12 @@ fn escape_heavy(
     w
 }
 
-/// The streaming, panel and team kernels (`kernels/df11_tc_stream.cu`, `DF11_TC_STREAM`;
-/// `kernels/df11_tc_panel.cu`, `DF11_TC_PANEL`; `kernels/df11_tc_team.cu`, `DF11_TC_TEAM`, on at
-/// every row count here): DF11 over tiled members on 2048-element boundaries and the twin over
-/// any matrix (the team twin: whole 2048-column chunks), against the other kernels.
+/// The streaming and panel kernels (`kernels/df11_tc_stream.cu`, `DF11_TC_STREAM`;
+/// `kernels/df11_tc_panel.cu`, `DF11_TC_PANEL`): DF11 over tiled members on 2048-element
+/// boundaries and the twin over any matrix, against the other kernels.
 #[cfg(feature = "cuda")]
 #[test]
 fn streamed_members_agree_with_the_other_kernel_and_the_twin() {
-    use df11_candle::TeamUse;
     set_matmul_path(MatmulPath::Fused);
     df11_candle::set_tile_members(true);
     let device = common::device();
@@ -260,29 +258,24 @@ fn streamed_members_agree_with_the_other_kernel_and_the_twin() {
         for batch in BATCHES {
             let (xh, x) = random_x(&mut rng, batch, cols, &device);
             let mut outs = Vec::new();
-            let mut names = Vec::new();
-            for team in [TeamUse::Off, TeamUse::On] {
-                df11_candle::set_tc_team(team);
-                for panel in [false, true] {
-                    df11_candle::set_tc_panel(panel);
-                    for stream in [true, false] {
-                        df11_candle::set_tc_stream(stream);
-                        outs.push(bits(&fused.forward(&x).unwrap()));
-                        outs.push(bits(&twin.forward(&x).unwrap()));
-                        for side in ["DF11", "twin"] {
-                            names.push(format!(
-                                "{side}, team {team:?}, panel {panel}, streaming {stream}"
-                            ));
-                        }
-                    }
+            for panel in [false, true] {
+                df11_candle::set_tc_panel(panel);
+                for stream in [true, false] {
+                    df11_candle::set_tc_stream(stream);
+                    outs.push(bits(&fused.forward(&x).unwrap()));
+                    outs.push(bits(&twin.forward(&x).unwrap()));
                 }
             }
             df11_candle::set_tc_stream(true);
             df11_candle::set_tc_panel(false);
-            df11_candle::set_tc_team(TeamUse::Auto);
             let what = format!("streamed member {i} [{rows}, {cols}] batch {batch}");
-            for (o, name) in outs.iter().zip(&names).skip(1) {
-                assert!(*o == outs[0], "{what}: {name} differs from {}", names[0]);
+            let names = ["DF11 streaming", "twin streaming", "DF11", "twin"];
+            let names = names
+                .iter()
+                .map(|n| format!("{n}, panel off"))
+                .chain(names.iter().map(|n| format!("{n}, panel on")));
+            for (o, name) in outs.iter().zip(names).skip(1) {
+                assert!(*o == outs[0], "{what}: {name} differs from DF11 streaming");
             }
             check_against_reference(
                 &fused.forward(&x).unwrap(),

@@ -148,10 +148,6 @@ pub fn fused_plan(rows: usize, cols: usize, device: &Device) -> Option<FusedKern
         (MatmulPath::Auto, true) if (tc_min..=TC_MAX_ROWS).contains(&rows) => {
             Some(FusedKernel::TensorCore)
         }
-        // Above, the team kernels (`kernels/df11_tc_team.cu`) where they take the width.
-        (MatmulPath::Auto, true) if rows <= TC_LIMIT_ROWS && team_covers(rows, cols, device) => {
-            Some(FusedKernel::TensorCore)
-        }
         (MatmulPath::Auto, _) if rows <= FUSED_MAX_ROWS => Some(FusedKernel::CudaCore),
         (MatmulPath::Auto, _) => None,
     }
@@ -167,19 +163,6 @@ pub fn use_fused(rows: usize, device: &Device) -> bool {
 /// and at most 256 chunks of 2048.
 pub(crate) fn tc_shape(cols: usize) -> bool {
     cols > 0 && cols.is_multiple_of(256) && cols <= 2048 * 256
-}
-
-/// Whether the team tensor-core kernels take products over `cols` columns at `rows` rows of input
-/// on `device` (`crate::cuda::tc`: the setting, whole 2048-column chunks, the device's shared
-/// memory).
-fn team_covers(rows: usize, cols: usize, device: &Device) -> bool {
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(d) = device {
-        return crate::cuda::launch::smem_per_block_optin(d)
-            .is_ok_and(|optin| crate::cuda::tc::team_covers(cols, rows, optin));
-    }
-    let _ = (rows, cols, device);
-    false
 }
 
 /// Whether `device` has the mma.sync BF16 instructions (compute capability 8.0 or newer).

@@ -23,11 +23,8 @@ use crate::cuda::pdl::{self, RawArgs};
 use crate::cuda::tc_panel;
 
 mod stream;
-mod team;
 pub use stream::set_tc_stream;
 use stream::{stream_config, stream_module, STREAM};
-pub(crate) use team::covers as team_covers;
-pub use team::{set_tc_team, TeamUse};
 
 const MODULE: Module = fatbin_module!("df11_tc");
 /// Bytes of the packed kernel's exponent table (4096 words) before the partial sums.
@@ -222,7 +219,7 @@ impl PackedTcOp<'_> {
         if !self.whole_chunks() {
             return Ok(false);
         }
-        if team::takes(dev, self.cols, nb)? || tc_panel::takes(dev, self.rows, nb, false)? {
+        if tc_panel::takes(dev, self.rows, nb, false)? {
             return Ok(true);
         }
         if !STREAM.get() {
@@ -288,9 +285,8 @@ impl CudaOp2 for PackedTcOp<'_> {
         let tiling = TcTiling::new(rows, cols, nb)?;
         let xv = bf16_view(x, x_l, "x")?;
         let sm = sm.as_cuda_slice::<u8>()?;
-        // Tiled members whose sub-steps are whole packed chunks: the team kernel where it runs
-        // (`DF11_TC_TEAM`), else the panel kernel where `DF11_TC_PANEL` is on, else the
-        // streaming kernel (the same output).
+        // Tiled members whose sub-steps are whole packed chunks: the panel kernel where
+        // `DF11_TC_PANEL` is on, else the streaming kernel (the same output).
         if tiled && self.whole_chunks() {
             let matrix = tc_panel::PanelMatrix {
                 unit: u,
@@ -300,12 +296,6 @@ impl CudaOp2 for PackedTcOp<'_> {
                 g2,
                 base,
             };
-            if let Some(out) = team::df11(&dev, &tiling, &matrix, &xv, rows, cols, nb)? {
-                return Ok((
-                    CudaStorage::wrap_cuda_slice(out, dev),
-                    Shape::from((nb, rows)),
-                ));
-            }
             if let Some(out) = tc_panel::df11(&dev, &tiling, &matrix, &xv, rows, cols, nb)? {
                 return Ok((
                     CudaStorage::wrap_cuda_slice(out, dev),
@@ -406,12 +396,6 @@ impl CudaOp2 for TwinTcOp {
         let tiling = TcTiling::new(rows, cols, nb)?;
         let wv = bf16_view(w, w_l, "the weight")?;
         let xv = bf16_view(x, x_l, "x")?;
-        if let Some(out) = team::twin(&dev, &tiling, &wv, &xv, rows, cols, nb)? {
-            return Ok((
-                CudaStorage::wrap_cuda_slice(out, dev),
-                Shape::from((nb, rows)),
-            ));
-        }
         if let Some(out) = tc_panel::twin(&dev, &tiling, &wv, &xv, rows, cols, nb)? {
             return Ok((
                 CudaStorage::wrap_cuda_slice(out, dev),
