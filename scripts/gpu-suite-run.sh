@@ -98,6 +98,8 @@ if command -v compute-sanitizer > /dev/null; then
     sanitize racecheck tc_exact
     sanitize memcheck step_kernels
     sanitize racecheck step_kernels
+    sanitize memcheck prefill_kernels
+    sanitize racecheck prefill_kernels
     sanitize memcheck model@models/qwen3-df11 "split_layers offloaded_layers"
     sanitize memcheck model@models/qwen3-df11 decode_ahead
     sanitize memcheck gpu_pack
@@ -110,7 +112,7 @@ if command -v compute-sanitizer > /dev/null; then
   if [ "${SANITIZE:-}" = all ]; then
     # SANITIZE_TARGETS="a;b:filter;..." (each entry `<binary prefix>[@<crate folder>][:<test
     # filter>]`) picks targets of the list below.
-    targets=${SANITIZE_TARGETS:-"modules_exact;device_stress;fused_exact;tc_exact;step_kernels;df11_llm:fused_cuda;model@models/qwen3-df11:decode_paths_agree;model@models/qwen3-df11:split_layers offloaded_layers;gpu_pack"}
+    targets=${SANITIZE_TARGETS:-"modules_exact;device_stress;fused_exact;tc_exact;step_kernels;prefill_kernels;df11_llm:fused_cuda;model@models/qwen3-df11:decode_paths_agree;model@models/qwen3-df11:split_layers offloaded_layers;gpu_pack"}
     IFS=';' read -r -a target_list <<< "$targets"
     for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
       for target in "${target_list[@]}"; do
