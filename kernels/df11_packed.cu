@@ -23,27 +23,22 @@
 #define DP_THREADS 256
 #define DP_MEMBERS 32         // members whose tables are cached in shared memory (more: read from global memory)
 
-// Units with no tiled member: each 8-group decoded to its own place (begin, end: unit elements).
-extern "C" __global__ void __launch_bounds__(DP_THREADS)
-df11_decode_packed(const uint32_t* codes, const uint32_t* chunk_escapes, const uint8_t* lane_starts, uint32_t n_chunks,
-                   const uint8_t* escapes, uint32_t n_escapes, const uint32_t* tables, const long long* member_ends,
-                   int n_members, const uint8_t* sign_mantissa, long long n_elements, uint16_t* out, long long begin,
-                   long long end) {
-    __shared__ long long s_ends[DP_MEMBERS];
-    __shared__ uint32_t s_tables[2 * DP_MEMBERS];
-    for (int i = threadIdx.x; i < min(n_members, DP_MEMBERS); i += DP_THREADS) {
-        s_ends[i] = member_ends[i];
-        s_tables[2 * i] = tables[2 * i];
-        s_tables[2 * i + 1] = tables[2 * i + 1];
-    }
-    __syncthreads();
+// Units with no tiled member: each 8-group of [begin, end) (unit elements) decoded to out[j - begin]. The CTA's
+// warps take chunks from block * 8 on, nblocks * 8 apart; s_ends / s_tables: the first DP_MEMBERS members' bounds
+// and tables, loaded by the caller.
+__device__ __forceinline__ void dp_range(const uint32_t* codes, const uint32_t* chunk_escapes, const uint8_t* lane_starts,
+                                         uint32_t n_chunks, const uint8_t* escapes, uint32_t n_escapes,
+                                         const uint32_t* tables, const long long* member_ends, int n_members,
+                                         const long long* s_ends, const uint32_t* s_tables, const uint8_t* sign_mantissa,
+                                         long long n_elements, uint16_t* out, long long begin, long long end,
+                                         long long block, long long nblocks) {
     const bool cached = n_members <= DP_MEMBERS;
     const uint32_t lane = threadIdx.x & 31;
-    const long long warps = (long long)gridDim.x * (DP_THREADS / 32);
+    const long long warps = (long long)nblocks * (DP_THREADS / 32);
     const uint32_t n8 = (uint32_t)((n_elements + 7) >> 3);
     const bool vec = (begin & 7) == 0;
     // A warp decodes chunk c (elements [2048c, 2048c + 2048)): lane l takes 8-groups 256c + 32i + l, i = 0..7.
-    for (long long c = (begin >> 11) + (long long)blockIdx.x * (DP_THREADS / 32) + (threadIdx.x >> 5);
+    for (long long c = (begin >> 11) + (long long)block * (DP_THREADS / 32) + (threadIdx.x >> 5);
          c < (end + 2047) >> 11; c += warps) {
         const uint32_t q0 = 256u * (uint32_t)c + lane;
         uint32_t v[8];
@@ -103,6 +98,50 @@ df11_decode_packed(const uint32_t* codes, const uint32_t* chunk_escapes, const u
             }
         }
     }
+}
+
+
+// Loads the first DP_MEMBERS members' bounds and tables into shared memory (the caller synchronizes).
+__device__ __forceinline__ void dp_cache_members(const uint32_t* tables, const long long* member_ends, int n_members,
+                                                 long long* s_ends, uint32_t* s_tables) {
+    for (int i = threadIdx.x; i < min(n_members, DP_MEMBERS); i += DP_THREADS) {
+        s_ends[i] = member_ends[i];
+        s_tables[2 * i] = tables[2 * i];
+        s_tables[2 * i + 1] = tables[2 * i + 1];
+    }
+}
+
+// Units with no tiled member: [begin, end) to out[0 .. end - begin).
+extern "C" __global__ void __launch_bounds__(DP_THREADS)
+df11_decode_packed(const uint32_t* codes, const uint32_t* chunk_escapes, const uint8_t* lane_starts, uint32_t n_chunks,
+                   const uint8_t* escapes, uint32_t n_escapes, const uint32_t* tables, const long long* member_ends,
+                   int n_members, const uint8_t* sign_mantissa, long long n_elements, uint16_t* out, long long begin,
+                   long long end) {
+    __shared__ long long s_ends[DP_MEMBERS];
+    __shared__ uint32_t s_tables[2 * DP_MEMBERS];
+    dp_cache_members(tables, member_ends, n_members, s_ends, s_tables);
+    __syncthreads();
+    dp_range(codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, tables, member_ends, n_members, s_ends,
+             s_tables, sign_mantissa, n_elements, out, begin, end, blockIdx.x, gridDim.x);
+}
+
+// ROWS of a unit with no tiled member (an embedding's rows for a step's tokens): row y = blockIdx.y is the elements
+// [starts[y], starts[y] + row_len), written to out[y * row_len ..]; blockIdx.x takes its chunks as
+// df11_decode_packed does. One launch for every row instead of one a row. HOST GUARANTEES: as df11_decode_packed's
+// for each [starts[y], starts[y] + row_len); gridDim.y rows in starts; out holds gridDim.y * row_len values.
+extern "C" __global__ void __launch_bounds__(DP_THREADS)
+df11_decode_packed_rows(const uint32_t* codes, const uint32_t* chunk_escapes, const uint8_t* lane_starts,
+                        uint32_t n_chunks, const uint8_t* escapes, uint32_t n_escapes, const uint32_t* tables,
+                        const long long* member_ends, int n_members, const uint8_t* sign_mantissa, long long n_elements,
+                        uint16_t* out, const long long* starts, long long row_len) {
+    __shared__ long long s_ends[DP_MEMBERS];
+    __shared__ uint32_t s_tables[2 * DP_MEMBERS];
+    dp_cache_members(tables, member_ends, n_members, s_ends, s_tables);
+    __syncthreads();
+    const long long begin = starts[blockIdx.y];
+    dp_range(codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, tables, member_ends, n_members, s_ends,
+             s_tables, sign_mantissa, n_elements, out + (long long)blockIdx.y * row_len, begin, begin + row_len,
+             blockIdx.x, gridDim.x);
 }
 
 // Units with a tiled member (see TILED MEMBERS above). A CTA takes BLOCKS of 8 chunks. A block that is one whole

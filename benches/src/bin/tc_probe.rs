@@ -15,6 +15,12 @@
 //! difference instead of stopping; `TC_PROBE_X=same`: every row of x the same; `TC_PROBE_ONLY=0,2`
 //! and `TC_PROBE_REPEAT=n`: only some of the four launches, each n times, times per repeat).
 //!
+//! `tc_probe embed VOCAB HIDDEN BATCH...`: a `[VOCAB, HIDDEN]` DF11 embedding (packed) looking up
+//! BATCH random tokens, as a decode step does (ids made from host tokens, then synchronized),
+//! with the ids on the host and on the device, against candle's dense embedding of the same
+//! table; checks the rows first. Microseconds a call (`DF11_EMBED_ROWS=off`: the decodes row by
+//! row or by chunks of the table instead of the rows kernel).
+//!
 //! `tc_probe prefill M SLICE...`: the same layer's products at M rows the way a prompt runs them
 //! (the weight decoded, then cuBLAS), whole and by slices of SLICE weight rows (each slice
 //! decoded into a buffer the allocator reuses, multiplied, the outputs concatenated), against
@@ -297,6 +303,69 @@ fn prefill_mode(dev: &Device, m: usize, slices: &[usize]) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// `tc_probe embed VOCAB HIDDEN BATCH...` (module doc).
+fn embed_mode(dev: &Device, vocab: usize, hidden: usize, batches: &[usize]) -> anyhow::Result<()> {
+    use candle_core::{DType, Module};
+    let w = synth::normal_bf16(vocab * hidden, 0.02, 11);
+    let enc = encode_unit(&[bytemuck::cast_slice(&w)]).map_err(|e| anyhow::anyhow!(e.reason))?;
+    let layout = UnitLayout::validate(&enc.tensors()).map_err(|d| anyhow::anyhow!("{d}"))?;
+    let g = Df11Group::new_with_form(
+        "embed",
+        vec!["embed.weight".to_string()],
+        &enc.tensors(),
+        layout,
+        dev,
+        ExponentForm::Packed,
+    )?;
+    anyhow::ensure!(g.is_packed(), "not packed");
+    let df11 = df11_candle::Df11Embedding::new(g, 0, vocab, hidden, DType::BF16)?;
+    let dense = candle_nn::Embedding::new(df11.table()?, hidden);
+    println!("embedding [{vocab}, {hidden}]: us a call (ids made from host tokens, synchronized), DF11 ids on the host / on the device, dense");
+    let mut rng = 0x2545F4914F6CDD1Du64;
+    for &batch in batches {
+        let tokens: Vec<u32> = (0..batch)
+            .map(|_| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                (rng % vocab as u64) as u32
+            })
+            .collect();
+        let on = |d: &Device| Tensor::new(tokens.as_slice(), d).and_then(|t| t.unsqueeze(1));
+        // The same rows every way.
+        let want = dense
+            .forward(&on(dev)?)?
+            .flatten_all()?
+            .to_vec1::<half::bf16>()?;
+        for d in [&Device::Cpu, dev] {
+            let got = df11
+                .forward(&on(d)?)?
+                .flatten_all()?
+                .to_vec1::<half::bf16>()?;
+            anyhow::ensure!(
+                got == want,
+                "DF11 rows differ from the table's at batch {batch}"
+            );
+        }
+        let host = time(dev, 50, || {
+            df11.forward(&on(&Device::Cpu).unwrap()).unwrap();
+        });
+        let device = time(dev, 50, || {
+            df11.forward(&on(dev).unwrap()).unwrap();
+        });
+        let bf16 = time(dev, 50, || {
+            dense.forward(&on(dev).unwrap()).unwrap();
+        });
+        println!(
+            "{batch:>5} | {:.1} / {:.1} | {:.1}",
+            host * 1e6,
+            device * 1e6,
+            bf16 * 1e6
+        );
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let raw: Vec<String> = std::env::args().skip(1).collect();
     if raw.first().map(String::as_str) == Some("prefill") {
@@ -306,6 +375,14 @@ fn main() -> anyhow::Result<()> {
             .collect::<Result<Vec<usize>, _>>()?;
         anyhow::ensure!(v.len() >= 2, "usage: tc_probe prefill M SLICE...");
         return prefill_mode(&Device::new_cuda(0)?, v[0], &v[1..]);
+    }
+    if raw.first().map(String::as_str) == Some("embed") {
+        let v = raw[1..]
+            .iter()
+            .map(|a| a.parse())
+            .collect::<Result<Vec<usize>, _>>()?;
+        anyhow::ensure!(v.len() >= 3, "usage: tc_probe embed VOCAB HIDDEN BATCH...");
+        return embed_mode(&Device::new_cuda(0)?, v[0], v[1], &v[2..]);
     }
     if raw.first().map(String::as_str) == Some("layer") {
         let batches = raw[1..]

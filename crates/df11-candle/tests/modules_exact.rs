@@ -160,11 +160,24 @@ fn df11_embedding_equals_bf16_embedding_bit_for_bit() {
                 let ids: Vec<u32> = (0..n_ids)
                     .map(|_| rng.gen_range(0..shape[0] as u32))
                     .collect();
-                let ids = Tensor::from_vec(ids, (1, n_ids), &device).unwrap();
+                let on_host = Tensor::from_vec(ids, (1, n_ids), &Device::Cpu).unwrap();
+                let ids = on_host.to_device(&device).unwrap();
                 let ya = table.forward(&ids).unwrap();
                 let yb = b.forward(&ids).unwrap();
                 assert_eq!(ya.dims(), &[1, n_ids, shape[1]]);
                 assert!(bits(&ya) == bits(&yb), "{name} {module} {n_ids} ids");
+                // Ids on the host (a decode step's): the same rows, on the table's device.
+                let yh = table.forward(&on_host).unwrap();
+                assert!(
+                    yh.device().same_device(&device),
+                    "{name} {module}: not on the device"
+                );
+                assert!(bits(&yh) == bits(&yb), "{name} {module} {n_ids} host ids");
+                let ydh = b.forward(&on_host).unwrap();
+                assert!(
+                    bits(&ydh) == bits(&yb),
+                    "{name} {module} {n_ids} host ids, dense"
+                );
             }
             checked += 1;
         }

@@ -249,6 +249,11 @@ impl PackedBuffers {
         (at == end && out.len() >= 2).then_some(out)
     }
 
+    /// Whether a member is stored in the tile order (the plain decode kernels then do not apply).
+    pub(crate) fn has_tiled_member(&self) -> bool {
+        self.orders.iter().any(Option::is_some)
+    }
+
     /// Member `member`'s tile order, if it is stored so.
     pub(crate) fn tile_order(&self, member: usize) -> Option<TileOrder> {
         self.orders.get(member).copied().flatten()
@@ -374,6 +379,62 @@ pub(crate) fn decode_packed(
     elements: Range<usize>,
 ) -> candle_core::Result<(CudaStorage, Shape)> {
     decode_packed_on(unit, sm, sm_l, elements, sm.device())
+}
+
+/// Rows `[start, start + row_len)` of the unit for each `start`, one after another in one buffer
+/// (`df11_decode_packed_rows`: one launch for every row, e.g. a step's embedding rows), or `None`
+/// where the unit has a member in the tile order or the rows pass a grid's 65,535 (the caller
+/// decodes them one by one).
+pub(crate) fn decode_packed_rows(
+    unit: &PackedBuffers,
+    sm: &CudaStorage,
+    sm_l: &Layout,
+    starts: &[usize],
+    row_len: usize,
+) -> candle_core::Result<Option<(CudaStorage, Shape)>> {
+    if unit.has_tiled_member() || starts.len() > 65_535 {
+        return Ok(None);
+    }
+    if sm_l.start_offset() != 0
+        || !sm_l.is_contiguous()
+        || sm_l.shape().elem_count() != unit.n_elements
+    {
+        candle_core::bail!("df11: sign_mantissa must be the unit's whole contiguous buffer");
+    }
+    if let Some(&s) = starts
+        .iter()
+        .find(|&&s| s.checked_add(row_len).is_none_or(|e| e > unit.n_elements))
+    {
+        candle_core::bail!("df11: row [{s}, +{row_len}) outside the unit");
+    }
+    let dev = sm.device().clone();
+    let len = starts.len() * row_len;
+    let out = crate::cuda::launch::alloc_out(&dev, len)?;
+    if len > 0 {
+        let name = "df11_decode_packed_rows";
+        let begins: Vec<i64> = starts.iter().map(|&s| s as i64).collect();
+        let begins = dev.clone_htod(&begins)?;
+        // A row's chunks (one more where it starts mid-chunk), 8 warps a CTA.
+        let chunks = row_len.div_ceil(2048) + 1;
+        let mut cfg = launch_config(&dev, name, 0, chunks.div_ceil(8))?;
+        cfg.grid_dim = (chunks.div_ceil(8) as u32, starts.len() as u32, 1);
+        let func = DECODE_MODULE.func(&dev, name)?;
+        let sm = sm.as_cuda_slice::<u8>()?;
+        let n_members = unit.members.len() as i32;
+        let (n_elements, row_len_) = (unit.n_elements as i64, row_len as i64);
+        let mut b = func.builder();
+        unit.push_packed(&mut b);
+        push_args!(b; &unit.tables, &unit.member_ends, &n_members, sm, &n_elements);
+        push_args!(b; &out, &begins, &row_len_);
+        // SAFETY: no member is tiled (storage order is row order); every row lies inside the
+        // unit (checked above); out holds starts.len() * row_len values, row y written at
+        // y * row_len + (o - start) for its elements o only; the packed buffers cover the unit.
+        unsafe { b.launch(cfg) }.w()?;
+    }
+    Ok(Some((
+        CudaStorage::wrap_cuda_slice(out, dev),
+        Shape::from(len),
+    )))
 }
 
 /// [`decode_packed`] with the output allocated and the kernel launched on `launch`'s stream (a

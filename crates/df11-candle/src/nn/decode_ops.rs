@@ -129,3 +129,48 @@ impl CustomOp1 for SegmentDecodeOp<'_> {
         crate::cuda::fused::decode_segments(&args, storage, layout, self.elements.clone())
     }
 }
+
+/// The packed decode of rows `[start, start + row_len)` for each start, into one buffer: argument
+/// `sign_mantissa`, result BF16 (`crate::cuda::packed_kernels::decode_packed_rows`). Only for a
+/// packed unit with no tiled member ([`crate::Df11Group::decode_rows`] checks).
+#[cfg(feature = "cuda")]
+pub(crate) struct RowsDecodeOp<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) on: &'a OnDevice,
+    pub(crate) starts: &'a [usize],
+    pub(crate) row_len: usize,
+}
+
+#[cfg(feature = "cuda")]
+impl CustomOp1 for RowsDecodeOp<'_> {
+    fn name(&self) -> &'static str {
+        "df11-decode-rows"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("df11: the rows kernel runs on CUDA only")
+    }
+
+    fn cuda_fwd(
+        &self,
+        storage: &candle_core::CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let Store::Cuda(unit) = &self.on.store else {
+            candle_core::bail!("df11: unit `{}` is not on CUDA", self.name)
+        };
+        let Some(p) = unit.packed() else {
+            candle_core::bail!("df11: unit `{}` is not packed", self.name)
+        };
+        crate::cuda::packed_kernels::decode_packed_rows(
+            p,
+            storage,
+            layout,
+            self.starts,
+            self.row_len,
+        )?
+        .ok_or_else(|| {
+            candle_core::Error::Msg(format!("df11: unit `{}`: no rows kernel", self.name))
+        })
+    }
+}

@@ -368,6 +368,40 @@ impl Df11Group {
         Ok(t.narrow(0, elements.start - base, elements.len())?)
     }
 
+    /// Rows `[start, start + row_len)` for each of `starts`, one after another (`[starts.len() *
+    /// row_len]` BF16), decoded by one kernel launch where the unit is packed on CUDA with no
+    /// member in the tile order (a step's embedding rows); `None` elsewhere (the caller decodes
+    /// them with [`Self::decode_elements`]).
+    pub fn decode_rows(&self, starts: &[usize], row_len: usize) -> Result<Option<Tensor>> {
+        #[cfg(feature = "cuda")]
+        {
+            let on = self.on_device()?;
+            if let Store::Cuda(c) = &on.store {
+                let takes = c.packed().is_some_and(|p| !p.has_tiled_member());
+                if takes && starts.len() <= 65_535 {
+                    if let Some(&s) = starts.iter().find(|&&s| {
+                        s.checked_add(row_len)
+                            .is_none_or(|e| e > self.layout.n_elements)
+                    }) {
+                        return Err(Df11Error::Usage(format!(
+                            "row [{s}, +{row_len}) outside the {} elements of `{}`",
+                            self.layout.n_elements, self.name
+                        )));
+                    }
+                    let op = crate::nn::decode_ops::RowsDecodeOp {
+                        name: &self.name,
+                        on: &on,
+                        starts,
+                        row_len,
+                    };
+                    return Ok(Some(on.sign_mantissa.apply_op1_no_bwd(&op)?));
+                }
+            }
+        }
+        let _ = (starts, row_len);
+        Ok(None)
+    }
+
     /// Whether the unit's exponents are kept packed on its device ([`crate::cuda::packed`]).
     pub fn is_packed(&self) -> bool {
         match &self.residency {

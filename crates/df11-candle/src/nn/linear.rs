@@ -305,8 +305,17 @@ pub struct Df11Embedding {
 }
 
 /// Up to this many distinct ids, each row is decoded on its own; above, the table is decoded a
-/// chunk of rows at a time and the rows the ids need are kept.
+/// chunk of rows at a time and the rows the ids need are kept (where no rows kernel runs).
 const ROW_DECODE_LIMIT: usize = 16;
+/// Rows one launch of the rows kernel decodes (a grid's y dimension).
+const ROWS_A_LAUNCH: usize = 65_535;
+
+/// Whether embeddings take the rows kernel where it runs (`DF11_EMBED_ROWS=off`: the row-by-row
+/// and chunked decodes, for measurements; the same rows either way).
+fn rows_kernel() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("DF11_EMBED_ROWS").map_or(true, |v| v != "off"))
+}
 /// Elements of the table decoded at once above [`ROW_DECODE_LIMIT`] (64 MB of BF16): the
 /// transient memory of an embedding, instead of the whole table.
 const CHUNK_ELEMENTS: usize = 1 << 25;
@@ -357,21 +366,41 @@ impl Df11Embedding {
         }
     }
 
-    /// Decodes only the rows `ids` need: each row's elements when the ids are few, else the
-    /// table a chunk of rows at a time, keeping the rows of the chunk that are asked for. The
-    /// table is never decoded whole.
+    /// Decodes only the rows `ids` need (`ids` on any device; the result on the table's): on
+    /// CUDA with the packed form, every id's row (repeats too) in the ids' order by one kernel
+    /// launch ([`Df11Group::decode_rows`]); elsewhere each distinct row's elements when the ids
+    /// are few, else the table a chunk of rows at a time, keeping the rows of the chunk that are
+    /// asked for. The table is never decoded whole.
     fn rows(&self, s: &MemberSlice, ids: &Tensor) -> Result<Tensor> {
         let flat = ids.flatten_all()?.to_dtype(DType::U32)?.to_vec1::<u32>()?;
-        let mut unique = flat.clone();
-        unique.sort_unstable();
-        unique.dedup();
         let (vocab, hidden) = (s.shape.0, self.hidden);
-        if let Some(&id) = unique.last().filter(|&&id| id as usize >= vocab) {
+        if let Some(&id) = flat.iter().max().filter(|&&id| id as usize >= vocab) {
             return Err(Df11Error::Usage(format!(
                 "token id {id} is outside the embedding's {vocab} rows"
             )));
         }
         let row = |id: usize| s.elements.start + id * hidden;
+        let mut out_shape = ids.dims().to_vec();
+        out_shape.push(hidden);
+        let starts: Vec<usize> = flat.iter().map(|&id| row(id as usize)).collect();
+        let mut parts = Vec::new();
+        for some in starts.chunks(ROWS_A_LAUNCH).filter(|_| rows_kernel()) {
+            match s.group.decode_rows(some, hidden)? {
+                Some(t) => parts.push(t),
+                None => break,
+            }
+        }
+        if !starts.is_empty() && parts.len() == starts.len().div_ceil(ROWS_A_LAUNCH) {
+            let t = if parts.len() == 1 {
+                parts.remove(0)
+            } else {
+                Tensor::cat(&parts, 0)?
+            };
+            return Ok(t.reshape(out_shape)?.to_dtype(self.dtype)?);
+        }
+        let mut unique = flat.clone();
+        unique.sort_unstable();
+        unique.dedup();
         let mut pieces = Vec::new();
         if unique.len() <= ROW_DECODE_LIMIT {
             for &id in &unique {
@@ -400,9 +429,7 @@ impl Df11Embedding {
             .iter()
             .map(|id| unique.binary_search(id).expect("present") as u32)
             .collect();
-        let index = Tensor::from_vec(index, flat.len(), ids.device())?;
-        let mut out_shape = ids.dims().to_vec();
-        out_shape.push(hidden);
+        let index = Tensor::from_vec(index, flat.len(), table.device())?;
         Ok(table.index_select(&index, 0)?.reshape(out_shape)?)
     }
 }
@@ -413,6 +440,7 @@ impl Module for Df11Embedding {
             return self.rows(s, ids).map_err(candle_core::Error::wrap);
         }
         let table = self.table().map_err(candle_core::Error::wrap)?;
-        candle_nn::Embedding::new(table, self.hidden).forward(ids)
+        let ids = ids.to_device(table.device())?;
+        candle_nn::Embedding::new(table, self.hidden).forward(&ids)
     }
 }

@@ -22,7 +22,8 @@ impl DecoderModel {
     ) -> Result<Tensor> {
         let caches = self.caches.as_ref().expect("caches are allocated first");
         let seq = ids.dim(1)?;
-        let mut x = self.embed(&to_device(ids, self.placement.first_device())?)?;
+        // The embedding takes ids on any device (a DF11 table reads them on the host).
+        let mut x = self.embed(ids)?;
         let attention = self.prompt_attention();
         for (s, seg) in self.placement.segments().iter().enumerate() {
             if seg.layers.is_empty() {

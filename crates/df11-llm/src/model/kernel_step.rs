@@ -5,7 +5,7 @@
 //! rows and replayed; between segments the residual stream and the pending layer output move
 //! to the next device.
 
-use candle_core::Tensor;
+use candle_core::{Device, Tensor};
 
 use super::DecoderModel;
 use crate::decoder::DecoderLayer;
@@ -87,10 +87,11 @@ impl DecoderModel {
     /// unless graphs are off. Returns logits `[rows, vocab]` on the last segment's device.
     pub(super) fn decode_kernels(&mut self, tokens: &[u32], rows: &StepRows) -> Result<Tensor> {
         let n = rows.len();
-        let first = self.placement.first_device().clone();
+        // The ids stay on the host: the embedding reads them there (DF11) or copies them to its
+        // table (dense); a DF11 table's rows are then decoded without a copy back.
         // Offloaded layers are staged by the host around each layer: no graph.
         if !self.options.cuda_graph || !self.placement.offloaded().is_empty() {
-            let ids = Tensor::new(tokens, &first)?.unsqueeze(1)?;
+            let ids = Tensor::new(tokens, &Device::Cpu)?.unsqueeze(1)?;
             let mut carry = vec![self.embed(&ids)?.contiguous()?];
             for (s, seg) in self.placement.segments().iter().enumerate() {
                 let inputs = hand_over(&carry, &seg.device)?;
@@ -113,7 +114,7 @@ impl DecoderModel {
             padded.positions.push(0);
             tokens.push(0);
         }
-        let ids = Tensor::new(tokens.as_slice(), &first)?.unsqueeze(1)?;
+        let ids = Tensor::new(tokens.as_slice(), &Device::Cpu)?.unsqueeze(1)?;
         let mut carry = vec![self.embed(&ids)?.contiguous()?];
         let segments = self.placement.segments().len();
         for s in 0..segments {

@@ -83,10 +83,12 @@ pub enum Embedding {
 }
 
 impl Module for Embedding {
+    /// The rows of `ids` (on any device: a DF11 table reads them on the host, a dense one where
+    /// it lives), on the table's device.
     fn forward(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
         match self {
             Self::Df11(e) => e.forward(ids),
-            Self::Dense(e) => e.forward(ids),
+            Self::Dense(e) => e.forward(&ids.to_device(e.embeddings().device())?),
         }
     }
 }
