@@ -88,13 +88,23 @@ pub(crate) fn segment_decode_enabled() -> bool {
     *ENABLED.get_or_init(|| std::env::var("DF11_DECODE_KERNEL").map_or(true, |v| v != "blocks"))
 }
 
-/// The segment kernel's decode of `elements`: argument `sign_mantissa`, result BF16.
+/// What [`SegmentDecodeOp`] decodes.
+#[cfg(feature = "cuda")]
+pub(crate) enum Wanted<'a> {
+    /// One element range.
+    Elements(Range<usize>),
+    /// Rows `[start, start + row_len)` for each start, one after another (packed units with no
+    /// tiled member only: `crate::cuda::packed_kernels::decode_packed_rows`).
+    Rows { starts: &'a [usize], row_len: usize },
+}
+
+/// The segment or packed kernel's decode of `wanted`: argument `sign_mantissa`, result BF16.
 #[cfg(feature = "cuda")]
 pub(crate) struct SegmentDecodeOp<'a> {
     pub(crate) name: &'a str,
     pub(crate) layout: &'a UnitLayout,
     pub(crate) on: &'a OnDevice,
-    pub(crate) elements: Range<usize>,
+    pub(crate) wanted: Wanted<'a>,
 }
 
 #[cfg(feature = "cuda")]
@@ -112,65 +122,26 @@ impl CustomOp1 for SegmentDecodeOp<'_> {
         storage: &candle_core::CudaStorage,
         layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        use crate::cuda::packed_kernels::{decode_packed, decode_packed_rows};
         let Store::Cuda(unit) = &self.on.store else {
             candle_core::bail!("df11: unit `{}` is not on CUDA", self.name)
         };
-        if let Some(p) = unit.packed() {
-            return crate::cuda::packed_kernels::decode_packed(
-                p,
-                storage,
-                layout,
-                self.elements.clone(),
-            );
+        match (&self.wanted, unit.packed()) {
+            (Wanted::Elements(e), Some(p)) => decode_packed(p, storage, layout, e.clone()),
+            (Wanted::Rows { starts, row_len }, Some(p)) => {
+                decode_packed_rows(p, storage, layout, starts, *row_len)?.ok_or_else(|| {
+                    candle_core::Error::Msg(format!("df11: unit `{}`: no rows kernel", self.name))
+                })
+            }
+            (Wanted::Elements(e), None) => {
+                let Some(args) = unit.segment_args(self.layout) else {
+                    candle_core::bail!("df11: unit `{}` has no segment index", self.name)
+                };
+                crate::cuda::fused::decode_segments(&args, storage, layout, e.clone())
+            }
+            (Wanted::Rows { .. }, None) => {
+                candle_core::bail!("df11: unit `{}` is not packed", self.name)
+            }
         }
-        let Some(args) = unit.segment_args(self.layout) else {
-            candle_core::bail!("df11: unit `{}` has no segment index", self.name)
-        };
-        crate::cuda::fused::decode_segments(&args, storage, layout, self.elements.clone())
-    }
-}
-
-/// The packed decode of rows `[start, start + row_len)` for each start, into one buffer: argument
-/// `sign_mantissa`, result BF16 (`crate::cuda::packed_kernels::decode_packed_rows`). Only for a
-/// packed unit with no tiled member ([`crate::Df11Group::decode_rows`] checks).
-#[cfg(feature = "cuda")]
-pub(crate) struct RowsDecodeOp<'a> {
-    pub(crate) name: &'a str,
-    pub(crate) on: &'a OnDevice,
-    pub(crate) starts: &'a [usize],
-    pub(crate) row_len: usize,
-}
-
-#[cfg(feature = "cuda")]
-impl CustomOp1 for RowsDecodeOp<'_> {
-    fn name(&self) -> &'static str {
-        "df11-decode-rows"
-    }
-
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("df11: the rows kernel runs on CUDA only")
-    }
-
-    fn cuda_fwd(
-        &self,
-        storage: &candle_core::CudaStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        let Store::Cuda(unit) = &self.on.store else {
-            candle_core::bail!("df11: unit `{}` is not on CUDA", self.name)
-        };
-        let Some(p) = unit.packed() else {
-            candle_core::bail!("df11: unit `{}` is not packed", self.name)
-        };
-        crate::cuda::packed_kernels::decode_packed_rows(
-            p,
-            storage,
-            layout,
-            self.starts,
-            self.row_len,
-        )?
-        .ok_or_else(|| {
-            candle_core::Error::Msg(format!("df11: unit `{}`: no rows kernel", self.name))
-        })
     }
 }

@@ -22,7 +22,7 @@ use crate::format::model::{Df11Model, Df11Unit};
 use crate::format::unit::{UnitLayout, UnitTensors};
 use crate::nn::decode_ops::DecodeOp;
 #[cfg(feature = "cuda")]
-use crate::nn::decode_ops::{segment_decode_enabled, SegmentDecodeOp};
+use crate::nn::decode_ops::{segment_decode_enabled, SegmentDecodeOp, Wanted};
 pub(crate) use crate::nn::device_form::Store;
 use crate::nn::device_form::{upload, Held, OnDevice};
 
@@ -357,7 +357,7 @@ impl Df11Group {
                         name: &self.name,
                         layout: &self.layout,
                         on: &on,
-                        elements,
+                        wanted: Wanted::Elements(elements),
                     };
                     return Ok(on.sign_mantissa.apply_op1_no_bwd(&op)?);
                 }
@@ -388,11 +388,11 @@ impl Df11Group {
                             self.layout.n_elements, self.name
                         )));
                     }
-                    let op = crate::nn::decode_ops::RowsDecodeOp {
+                    let op = SegmentDecodeOp {
                         name: &self.name,
+                        layout: &self.layout,
                         on: &on,
-                        starts,
-                        row_len,
+                        wanted: Wanted::Rows { starts, row_len },
                     };
                     return Ok(Some(on.sign_mantissa.apply_op1_no_bwd(&op)?));
                 }
