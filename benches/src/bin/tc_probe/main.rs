@@ -34,6 +34,9 @@ use df11_candle::{
     ExponentForm, FusedKernel, MatmulPath, UnitLayout,
 };
 
+mod embed;
+mod prefill;
+
 fn time(dev: &Device, iters: usize, mut f: impl FnMut()) -> f64 {
     for _ in 0..3 {
         f();
@@ -221,151 +224,6 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `tc_probe prefill M SLICE...` (module doc).
-fn prefill_mode(dev: &Device, m: usize, slices: &[usize]) -> anyhow::Result<()> {
-    let (df11, dense, _) = tiled_linears(dev, &LAYER_AS_LAUNCHED)?;
-    let weights = dense
-        .iter()
-        .map(|l| Ok(l.weight()?))
-        .collect::<anyhow::Result<Vec<Tensor>>>()?;
-    let xs: Vec<Tensor> = LAYER_AS_LAUNCHED
-        .iter()
-        .map(|&(_, c)| Tensor::randn(0f32, 1.0, (m, c), dev)?.to_dtype(DType::BF16))
-        .collect::<candle_core::Result<_>>()?;
-    let product = |w: &Tensor, x: &Tensor| candle_nn::Linear::new(w.clone(), None).forward(x);
-    // One matrix's product by slices of `slice` weight rows; `weight(r0, r1)` gives rows r0..r1.
-    let sliced = |i: usize,
-                  slice: usize,
-                  weight: &dyn Fn(usize, usize) -> candle_core::Result<Tensor>|
-     -> candle_core::Result<Tensor> {
-        let rows = LAYER_AS_LAUNCHED[i].0;
-        let parts = (0..rows)
-            .step_by(slice)
-            .map(|r0| product(&weight(r0, (r0 + slice).min(rows))?, &xs[i]))
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        Tensor::cat(&parts, 1)
-    };
-    let dense_rows = |i: usize| {
-        let w = weights[i].clone();
-        move |r0: usize, r1: usize| w.narrow(0, r0, r1 - r0)
-    };
-    let df11_rows = |i: usize| {
-        let g = df11[i].group().expect("compressed").clone();
-        let cols = LAYER_AS_LAUNCHED[i].1;
-        move |r0: usize, r1: usize| {
-            g.decode_elements(r0 * cols..r1 * cols)
-                .map_err(candle_core::Error::wrap)?
-                .reshape((r1 - r0, cols))
-        }
-    };
-    set_matmul_path(MatmulPath::Decode);
-    let whole_bf16 = time(dev, 10, || {
-        for (w, x) in weights.iter().zip(&xs) {
-            product(w, x).unwrap();
-        }
-    });
-    let whole_df11 = time(dev, 10, || {
-        for (l, x) in df11.iter().zip(&xs) {
-            l.forward(x).unwrap();
-        }
-    });
-    println!("prefill of {m} rows, Qwen3-8B layer as launched, ms: BF16 whole {:.4} | DF11 whole (decode + cuBLAS) {:.4} | DF11 / BF16 {:.2}", whole_bf16 * 1e3, whole_df11 * 1e3, whole_bf16 / whole_df11);
-    println!("slice rows | BF16 sliced ms | DF11 sliced ms | DF11 sliced / BF16 whole | DF11 sliced / BF16 sliced");
-    for &slice in slices {
-        for i in 0..LAYER_AS_LAUNCHED.len() {
-            let a = sliced(i, slice, &df11_rows(i))?
-                .flatten_all()?
-                .to_vec1::<half::bf16>()?;
-            let b = sliced(i, slice, &dense_rows(i))?
-                .flatten_all()?
-                .to_vec1::<half::bf16>()?;
-            anyhow::ensure!(a == b, "matrix {i}: DF11 sliced differs from BF16 sliced");
-        }
-        let bf16 = time(dev, 10, || {
-            for i in 0..LAYER_AS_LAUNCHED.len() {
-                sliced(i, slice, &dense_rows(i)).unwrap();
-            }
-        });
-        let ours = time(dev, 10, || {
-            for i in 0..LAYER_AS_LAUNCHED.len() {
-                sliced(i, slice, &df11_rows(i)).unwrap();
-            }
-        });
-        println!(
-            "{slice:>10} | {:.4} | {:.4} | {:.2} | {:.2}",
-            bf16 * 1e3,
-            ours * 1e3,
-            whole_bf16 / ours,
-            bf16 / ours
-        );
-    }
-    set_matmul_path(MatmulPath::Auto);
-    Ok(())
-}
-
-/// `tc_probe embed VOCAB HIDDEN BATCH...` (module doc).
-fn embed_mode(dev: &Device, vocab: usize, hidden: usize, batches: &[usize]) -> anyhow::Result<()> {
-    use candle_core::{DType, Module};
-    let w = synth::normal_bf16(vocab * hidden, 0.02, 11);
-    let enc = encode_unit(&[bytemuck::cast_slice(&w)]).map_err(|e| anyhow::anyhow!(e.reason))?;
-    let layout = UnitLayout::validate(&enc.tensors()).map_err(|d| anyhow::anyhow!("{d}"))?;
-    let g = Df11Group::new_with_form(
-        "embed",
-        vec!["embed.weight".to_string()],
-        &enc.tensors(),
-        layout,
-        dev,
-        ExponentForm::Packed,
-    )?;
-    anyhow::ensure!(g.is_packed(), "not packed");
-    let df11 = df11_candle::Df11Embedding::new(g, 0, vocab, hidden, DType::BF16)?;
-    let dense = candle_nn::Embedding::new(df11.table()?, hidden);
-    println!("embedding [{vocab}, {hidden}]: us a call (ids made from host tokens, synchronized), DF11 ids on the host / on the device, dense");
-    let mut rng = 0x2545F4914F6CDD1Du64;
-    for &batch in batches {
-        let tokens: Vec<u32> = (0..batch)
-            .map(|_| {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                (rng % vocab as u64) as u32
-            })
-            .collect();
-        let on = |d: &Device| Tensor::new(tokens.as_slice(), d).and_then(|t| t.unsqueeze(1));
-        // The same rows every way.
-        let want = dense
-            .forward(&on(dev)?)?
-            .flatten_all()?
-            .to_vec1::<half::bf16>()?;
-        for d in [&Device::Cpu, dev] {
-            let got = df11
-                .forward(&on(d)?)?
-                .flatten_all()?
-                .to_vec1::<half::bf16>()?;
-            anyhow::ensure!(
-                got == want,
-                "DF11 rows differ from the table's at batch {batch}"
-            );
-        }
-        let host = time(dev, 50, || {
-            df11.forward(&on(&Device::Cpu).unwrap()).unwrap();
-        });
-        let device = time(dev, 50, || {
-            df11.forward(&on(dev).unwrap()).unwrap();
-        });
-        let bf16 = time(dev, 50, || {
-            dense.forward(&on(dev).unwrap()).unwrap();
-        });
-        println!(
-            "{batch:>5} | {:.1} / {:.1} | {:.1}",
-            host * 1e6,
-            device * 1e6,
-            bf16 * 1e6
-        );
-    }
-    Ok(())
-}
-
 fn main() -> anyhow::Result<()> {
     let raw: Vec<String> = std::env::args().skip(1).collect();
     if raw.first().map(String::as_str) == Some("prefill") {
@@ -374,7 +232,7 @@ fn main() -> anyhow::Result<()> {
             .map(|a| a.parse())
             .collect::<Result<Vec<usize>, _>>()?;
         anyhow::ensure!(v.len() >= 2, "usage: tc_probe prefill M SLICE...");
-        return prefill_mode(&Device::new_cuda(0)?, v[0], &v[1..]);
+        return prefill::prefill_mode(&Device::new_cuda(0)?, v[0], &v[1..]);
     }
     if raw.first().map(String::as_str) == Some("embed") {
         let v = raw[1..]
@@ -382,7 +240,7 @@ fn main() -> anyhow::Result<()> {
             .map(|a| a.parse())
             .collect::<Result<Vec<usize>, _>>()?;
         anyhow::ensure!(v.len() >= 3, "usage: tc_probe embed VOCAB HIDDEN BATCH...");
-        return embed_mode(&Device::new_cuda(0)?, v[0], v[1], &v[2..]);
+        return embed::embed_mode(&Device::new_cuda(0)?, v[0], v[1], &v[2..]);
     }
     if raw.first().map(String::as_str) == Some("layer") {
         let batches = raw[1..]
