@@ -1,11 +1,32 @@
-//! Shared setup for the benchmarks: the Qwen3-8B-sized layer unit every bench measures, and
-//! one matrix as a unit on a device (the GPU diagnostics).
+//! Shared setup for the benchmarks: the Qwen3-8B-sized layer unit every bench measures, one
+//! matrix as a unit on a device (the GPU diagnostics), and the GPU benches' timer.
 
 use std::sync::Arc;
 
 use candle_core::Device;
 use df11_candle::{encode_unit, synth, Df11Group, EncodedUnit, UnitLayout};
 use half::bf16;
+
+/// Seconds a call of `f` (which queues work on `dev`): three calls to warm up, then `reps`
+/// timings of `iters` calls each, synchronized, and their median.
+pub fn median_seconds(dev: &Device, iters: usize, reps: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..3 {
+        f();
+    }
+    dev.synchronize().unwrap();
+    let mut v: Vec<f64> = (0..reps.max(1))
+        .map(|_| {
+            let t = std::time::Instant::now();
+            for _ in 0..iters {
+                f();
+            }
+            dev.synchronize().unwrap();
+            t.elapsed().as_secs_f64() / iters as f64
+        })
+        .collect();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
 
 /// `w` compressed as a one-member unit `{name}` (member `{name}.weight`) and loaded on `device`.
 pub fn one_member_group(name: &str, w: &[bf16], device: &Device) -> anyhow::Result<Arc<Df11Group>> {

@@ -11,31 +11,12 @@
 use std::time::Instant;
 
 use candle_core::{DType, Device, Module, Tensor};
-use df11_benches::qwen3_8b_layer_unit;
+use df11_benches::{median_seconds as time, qwen3_8b_layer_unit};
 use df11_candle::{
     set_fused_kernel, set_matmul_path, synth, Df11Group, Df11Linear, ExponentForm, FusedKernel,
     Linear, MatmulPath, UnitLayout,
 };
 /// Median seconds per call of `f`, over `reps` timed runs of `iters` calls each (after warm-up).
-fn time(dev: &Device, iters: usize, reps: usize, mut f: impl FnMut()) -> f64 {
-    for _ in 0..3 {
-        f();
-    }
-    dev.synchronize().unwrap();
-    let mut v: Vec<f64> = (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            for _ in 0..iters {
-                f();
-            }
-            dev.synchronize().unwrap();
-            t.elapsed().as_secs_f64() / iters as f64
-        })
-        .collect();
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
 fn main() -> anyhow::Result<()> {
     let json_out = std::env::args().skip_while(|a| a != "--json").nth(1);
     let dev = Device::new_cuda(0)?;

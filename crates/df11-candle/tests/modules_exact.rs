@@ -205,3 +205,45 @@ fn decoded_at_load_mode_matches_compressed_mode() {
     let x = Tensor::ones((3, 384), dtype, &device).unwrap();
     assert!(bits(&la.forward(&x).unwrap()) == bits(&lb.forward(&x).unwrap()));
 }
+
+/// `Df11Group::decode_rows` (an embedding's rows in one launch per 65,535): on CUDA with the
+/// packed form, any starts (unaligned, repeated, more than one launch's worth) give the original
+/// BF16 values byte for byte, in order; a row past the unit is a typed error; elsewhere `None`
+/// (the caller decodes them another way).
+#[test]
+fn rows_decode_to_the_originals() {
+    use df11_candle::{Df11Error, ExponentForm};
+    use half::bf16;
+    let device = common::device();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
+    let (rows, cols) = (96, 200);
+    let (w, g) =
+        common::products::unit_of(&[(rows, cols)], rng.gen(), &device, ExponentForm::Packed);
+    let row_len = rng.gen_range(1..=cols);
+    let n = w.len();
+    let starts: Vec<usize> = (0..65_535 + 9)
+        .map(|_| rng.gen_range(0..=n - row_len))
+        .collect();
+    let got = g.decode_rows(&starts, row_len).unwrap();
+    if !device.is_cuda() {
+        assert!(got.is_none(), "the rows kernel runs on CUDA only");
+        return;
+    }
+    let got: Vec<bf16> = got.expect("a packed unit").to_vec1().unwrap();
+    assert_eq!(got.len(), starts.len() * row_len);
+    for (i, &s) in starts.iter().enumerate() {
+        let row = &got[i * row_len..(i + 1) * row_len];
+        assert!(
+            row == &w[s..s + row_len],
+            "row {i} at {s} (length {row_len})"
+        );
+    }
+    assert!(matches!(
+        g.decode_rows(&[n - row_len + 1], row_len),
+        Err(Df11Error::Usage(_))
+    ));
+    assert_eq!(
+        g.decode_rows(&[], row_len).unwrap().unwrap().elem_count(),
+        0
+    );
+}

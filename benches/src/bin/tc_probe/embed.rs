@@ -1,8 +1,8 @@
 //! `tc_probe embed VOCAB HIDDEN BATCH...`: a DF11 embedding's lookups as a decode step makes them,
 //! against candle's dense embedding (the module doc of `main.rs`).
 
-use candle_core::{Device, Tensor};
-use df11_candle::{encode_unit, synth, Df11Group, ExponentForm, UnitLayout};
+use candle_core::{DType, Device, Module, Tensor};
+use df11_candle::synth;
 
 use super::time;
 
@@ -13,18 +13,8 @@ pub(crate) fn embed_mode(
     hidden: usize,
     batches: &[usize],
 ) -> anyhow::Result<()> {
-    use candle_core::{DType, Module};
     let w = synth::normal_bf16(vocab * hidden, 0.02, 11);
-    let enc = encode_unit(&[bytemuck::cast_slice(&w)]).map_err(|e| anyhow::anyhow!(e.reason))?;
-    let layout = UnitLayout::validate(&enc.tensors()).map_err(|d| anyhow::anyhow!("{d}"))?;
-    let g = Df11Group::new_with_form(
-        "embed",
-        vec!["embed.weight".to_string()],
-        &enc.tensors(),
-        layout,
-        dev,
-        ExponentForm::Packed,
-    )?;
+    let g = df11_benches::one_member_group("embed", &w, dev)?;
     anyhow::ensure!(g.is_packed(), "not packed");
     let df11 = df11_candle::Df11Embedding::new(g, 0, vocab, hidden, DType::BF16)?;
     let dense = candle_nn::Embedding::new(df11.table()?, hidden);

@@ -26,8 +26,6 @@
 //! decoded into a buffer the allocator reuses, multiplied, the outputs concatenated), against
 //! BF16 whole and sliced the same way; checks DF11 sliced == BF16 sliced bit for bit.
 
-use std::time::Instant;
-
 use candle_core::{DType, Device, Module, Tensor};
 use df11_candle::{
     encode_unit, set_fused_kernel, set_matmul_path, set_tc_panel, synth, Df11Group, Df11Linear,
@@ -37,23 +35,9 @@ use df11_candle::{
 mod embed;
 mod prefill;
 
-fn time(dev: &Device, iters: usize, mut f: impl FnMut()) -> f64 {
-    for _ in 0..3 {
-        f();
-    }
-    dev.synchronize().unwrap();
-    let mut v: Vec<f64> = (0..5)
-        .map(|_| {
-            let t = Instant::now();
-            for _ in 0..iters {
-                f();
-            }
-            dev.synchronize().unwrap();
-            t.elapsed().as_secs_f64() / iters as f64
-        })
-        .collect();
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[2]
+/// Seconds a call of `f`: the median of five timings of `iters` calls.
+fn time(dev: &Device, iters: usize, f: impl FnMut()) -> f64 {
+    df11_benches::median_seconds(dev, iters, 5, f)
 }
 
 /// A Qwen3-8B layer's linears as the decode step runs them: q/k/v and gate/up stacked by rows.
@@ -226,27 +210,25 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     let raw: Vec<String> = std::env::args().skip(1).collect();
-    if raw.first().map(String::as_str) == Some("prefill") {
-        let v = raw[1..]
+    // The numbers after a mode's name.
+    let numbers = || {
+        raw[1..]
             .iter()
             .map(|a| a.parse())
-            .collect::<Result<Vec<usize>, _>>()?;
+            .collect::<Result<Vec<usize>, _>>()
+    };
+    if raw.first().map(String::as_str) == Some("prefill") {
+        let v = numbers()?;
         anyhow::ensure!(v.len() >= 2, "usage: tc_probe prefill M SLICE...");
         return prefill::prefill_mode(&Device::new_cuda(0)?, v[0], &v[1..]);
     }
     if raw.first().map(String::as_str) == Some("embed") {
-        let v = raw[1..]
-            .iter()
-            .map(|a| a.parse())
-            .collect::<Result<Vec<usize>, _>>()?;
+        let v = numbers()?;
         anyhow::ensure!(v.len() >= 3, "usage: tc_probe embed VOCAB HIDDEN BATCH...");
         return embed::embed_mode(&Device::new_cuda(0)?, v[0], v[1], &v[2..]);
     }
     if raw.first().map(String::as_str) == Some("layer") {
-        let batches = raw[1..]
-            .iter()
-            .map(|a| a.parse())
-            .collect::<Result<Vec<usize>, _>>()?;
+        let batches = numbers()?;
         anyhow::ensure!(!batches.is_empty(), "usage: tc_probe layer BATCH...");
         return layer_mode(&Device::new_cuda(0)?, &batches);
     }

@@ -381,19 +381,23 @@ pub(crate) fn decode_packed(
     decode_packed_on(unit, sm, sm_l, elements, sm.device())
 }
 
+/// Most rows one launch of `df11_decode_packed_rows` takes (a grid's y dimension).
+pub(crate) const ROWS_A_LAUNCH: usize = 65_535;
+
 /// Rows `[start, start + row_len)` of the unit for each `start`, one after another in one buffer
-/// (`df11_decode_packed_rows`: one launch for every row, e.g. a step's embedding rows), or `None`
-/// where the unit has a member in the tile order or the rows pass a grid's 65,535 (the caller
-/// decodes them one by one).
+/// (`df11_decode_packed_rows`: one launch for every row, e.g. a step's embedding rows). The unit
+/// must have no member in the tile order, and at most [`ROWS_A_LAUNCH`] rows.
 pub(crate) fn decode_packed_rows(
     unit: &PackedBuffers,
     sm: &CudaStorage,
     sm_l: &Layout,
     starts: &[usize],
     row_len: usize,
-) -> candle_core::Result<Option<(CudaStorage, Shape)>> {
-    if unit.has_tiled_member() || starts.len() > 65_535 {
-        return Ok(None);
+) -> candle_core::Result<(CudaStorage, Shape)> {
+    if unit.has_tiled_member() || starts.len() > ROWS_A_LAUNCH {
+        candle_core::bail!(
+            "df11: the rows kernel takes at most {ROWS_A_LAUNCH} rows of a unit in row order"
+        );
     }
     if sm_l.start_offset() != 0
         || !sm_l.is_contiguous()
@@ -431,10 +435,7 @@ pub(crate) fn decode_packed_rows(
         // y * row_len + (o - start) for its elements o only; the packed buffers cover the unit.
         unsafe { b.launch(cfg) }.w()?;
     }
-    Ok(Some((
-        CudaStorage::wrap_cuda_slice(out, dev),
-        Shape::from(len),
-    )))
+    Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from(len)))
 }
 
 /// [`decode_packed`] with the output allocated and the kernel launched on `launch`'s stream (a

@@ -94,7 +94,7 @@ pub(crate) enum Wanted<'a> {
     /// One element range.
     Elements(Range<usize>),
     /// Rows `[start, start + row_len)` for each start, one after another (packed units with no
-    /// tiled member only: `crate::cuda::packed_kernels::decode_packed_rows`).
+    /// tiled member, at most `ROWS_A_LAUNCH` rows: `crate::cuda::packed_kernels::decode_packed_rows`).
     Rows { starts: &'a [usize], row_len: usize },
 }
 
@@ -129,9 +129,7 @@ impl CustomOp1 for SegmentDecodeOp<'_> {
         match (&self.wanted, unit.packed()) {
             (Wanted::Elements(e), Some(p)) => decode_packed(p, storage, layout, e.clone()),
             (Wanted::Rows { starts, row_len }, Some(p)) => {
-                decode_packed_rows(p, storage, layout, starts, *row_len)?.ok_or_else(|| {
-                    candle_core::Error::Msg(format!("df11: unit `{}`: no rows kernel", self.name))
-                })
+                decode_packed_rows(p, storage, layout, starts, *row_len)
             }
             (Wanted::Elements(e), None) => {
                 let Some(args) = unit.segment_args(self.layout) else {

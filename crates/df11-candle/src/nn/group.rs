@@ -369,37 +369,56 @@ impl Df11Group {
     }
 
     /// Rows `[start, start + row_len)` for each of `starts`, one after another (`[starts.len() *
-    /// row_len]` BF16), decoded by one kernel launch where the unit is packed on CUDA with no
-    /// member in the tile order (a step's embedding rows); `None` elsewhere (the caller decodes
-    /// them with [`Self::decode_elements`]).
+    /// row_len]` BF16), decoded by one kernel launch (per 65,535 rows) where the unit is packed on
+    /// CUDA with no member in the tile order (a step's embedding rows); `None` elsewhere (the
+    /// caller decodes them with [`Self::decode_elements`]).
     pub fn decode_rows(&self, starts: &[usize], row_len: usize) -> Result<Option<Tensor>> {
         #[cfg(feature = "cuda")]
+        return self.decode_rows_on_cuda(starts, row_len);
+        #[cfg(not(feature = "cuda"))]
         {
-            let on = self.on_device()?;
-            if let Store::Cuda(c) = &on.store {
-                let takes = c.packed().is_some_and(|p| !p.has_tiled_member());
-                if takes && starts.len() <= 65_535 {
-                    if let Some(&s) = starts.iter().find(|&&s| {
-                        s.checked_add(row_len)
-                            .is_none_or(|e| e > self.layout.n_elements)
-                    }) {
-                        return Err(Df11Error::Usage(format!(
-                            "row [{s}, +{row_len}) outside the {} elements of `{}`",
-                            self.layout.n_elements, self.name
-                        )));
-                    }
-                    let op = SegmentDecodeOp {
-                        name: &self.name,
-                        layout: &self.layout,
-                        on: &on,
-                        wanted: Wanted::Rows { starts, row_len },
-                    };
-                    return Ok(Some(on.sign_mantissa.apply_op1_no_bwd(&op)?));
-                }
-            }
+            let _ = (starts, row_len);
+            Ok(None)
         }
-        let _ = (starts, row_len);
-        Ok(None)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn decode_rows_on_cuda(&self, starts: &[usize], row_len: usize) -> Result<Option<Tensor>> {
+        use crate::cuda::packed_kernels::ROWS_A_LAUNCH;
+        let on = self.on_device()?;
+        let Store::Cuda(c) = &on.store else {
+            return Ok(None);
+        };
+        if c.packed().is_none_or(|p| p.has_tiled_member()) {
+            return Ok(None);
+        }
+        if let Some(&s) = starts.iter().find(|&&s| {
+            s.checked_add(row_len)
+                .is_none_or(|e| e > self.layout.n_elements)
+        }) {
+            return Err(Df11Error::Usage(format!(
+                "row [{s}, +{row_len}) outside the {} elements of `{}`",
+                self.layout.n_elements, self.name
+            )));
+        }
+        let mut parts = Vec::new();
+        for some in starts.chunks(ROWS_A_LAUNCH) {
+            let op = SegmentDecodeOp {
+                name: &self.name,
+                layout: &self.layout,
+                on: &on,
+                wanted: Wanted::Rows {
+                    starts: some,
+                    row_len,
+                },
+            };
+            parts.push(on.sign_mantissa.apply_op1_no_bwd(&op)?);
+        }
+        Ok(Some(match parts.len() {
+            0 => Tensor::zeros(0, candle_core::DType::BF16, on.sign_mantissa.device())?,
+            1 => parts.remove(0),
+            _ => Tensor::cat(&parts, 0)?,
+        }))
     }
 
     /// Whether the unit's exponents are kept packed on its device ([`crate::cuda::packed`]).

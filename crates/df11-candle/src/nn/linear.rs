@@ -307,9 +307,6 @@ pub struct Df11Embedding {
 /// Up to this many distinct ids, each row is decoded on its own; above, the table is decoded a
 /// chunk of rows at a time and the rows the ids need are kept (where no rows kernel runs).
 const ROW_DECODE_LIMIT: usize = 16;
-/// Rows one launch of the rows kernel decodes (a grid's y dimension).
-const ROWS_A_LAUNCH: usize = 65_535;
-
 /// Whether embeddings take the rows kernel where it runs (`DF11_EMBED_ROWS=off`: the row-by-row
 /// and chunked decodes, for measurements; the same rows either way).
 fn rows_kernel() -> bool {
@@ -382,21 +379,11 @@ impl Df11Embedding {
         let row = |id: usize| s.elements.start + id * hidden;
         let mut out_shape = ids.dims().to_vec();
         out_shape.push(hidden);
-        let starts: Vec<usize> = flat.iter().map(|&id| row(id as usize)).collect();
-        let mut parts = Vec::new();
-        for some in starts.chunks(ROWS_A_LAUNCH).filter(|_| rows_kernel()) {
-            match s.group.decode_rows(some, hidden)? {
-                Some(t) => parts.push(t),
-                None => break,
+        if rows_kernel() {
+            let starts: Vec<usize> = flat.iter().map(|&id| row(id as usize)).collect();
+            if let Some(t) = s.group.decode_rows(&starts, hidden)? {
+                return Ok(t.reshape(out_shape)?.to_dtype(self.dtype)?);
             }
-        }
-        if !starts.is_empty() && parts.len() == starts.len().div_ceil(ROWS_A_LAUNCH) {
-            let t = if parts.len() == 1 {
-                parts.remove(0)
-            } else {
-                Tensor::cat(&parts, 0)?
-            };
-            return Ok(t.reshape(out_shape)?.to_dtype(self.dtype)?);
         }
         let mut unique = flat.clone();
         unique.sort_unstable();
