@@ -115,37 +115,45 @@ __device__ __forceinline__ void ts_mul(const uint32_t (&w)[4], const TcX<MT>& xs
     }
 }
 
-// One DF11 sub-step from its stage st: for each pass i, the lane's 8 codes -> exponents with escapes (ts_table) -> BF16
-// pairs w -> mul(i, w) (the pass's mma). FAST: `held` holds the lane's escapes; SLOW: they are read at `cursor` every pass.
-template <bool SLOW, class Mul>
-__device__ __forceinline__ void ts_passes(const uint8_t* st, uint32_t t0, uint32_t t1, unsigned long long held,
-                                          uint32_t cursor, const FgPacked& pk, Mul&& mul) {
+// Pass i of a DF11 sub-step from its stage st: the lane's 8 codes -> exponents with escapes (ts_table) -> BF16 pairs
+// w. FAST: `held` holds the lane's escapes (shifted out as they are used); SLOW: they are read at `cursor` (advanced).
+template <bool SLOW>
+__device__ __forceinline__ void ts_decode_pass(const uint8_t* st, int i, uint32_t t0, uint32_t t1,
+                                               unsigned long long& held, uint32_t& cursor, const FgPacked& pk,
+                                               uint32_t (&w)[4]) {
     const uint32_t lane = threadIdx.x & 31;
     // The lane's 8-group of pass i is the 24 bits at byte 3 (lane + 32 i) of the codes.
     const uint32_t* cw = reinterpret_cast<const uint32_t*>(st + TS_CODES);
     const uint32_t w0 = (3 * lane) >> 2, sh = ((lane & 3) * 24) & 31;
     const uint2* smv = reinterpret_cast<const uint2*>(st + TS_SM);
+    const uint32_t v = __funnelshift_r(cw[w0 + 24 * i], cw[w0 + 24 * i + 1], sh);
+    // .x for every four codes; .y only by the lanes with an escape among them (~10% of lanes): a predicated-off
+    // lane takes no part in the bank conflicts of random lookups. (One 8-byte lookup of both: 3.6-way conflicts,
+    // 58% of the kernel's shared-load wavefronts; 0.157 -> 0.152 ms a Qwen3-8B layer at 1 row, H100.)
+    uint2 a, b;
+    a.x = ts_tab[v & 0xfffu];
+    b.x = ts_tab[(v >> 12) & 0xfffu];
+    a.y = (a.x >> 16) ? ts_tab[4096 + (v & 0xfffu)] : 0x3210u;            // 0x3210: keep the four bytes
+    b.y = (b.x >> 16) ? ts_tab[4096 + ((v >> 12) & 0xfffu)] : 0x3210u;
+    if (SLOW) held = ts_fetch8(pk, cursor);
+    const uint32_t elo = ts_prmt(ts_prmt(t0, t1, a.x), (uint32_t)held, a.y);
+    held >>= a.x >> 16;
+    const uint32_t ehi = ts_prmt(ts_prmt(t0, t1, b.x), (uint32_t)held, b.y);
+    held >>= b.x >> 16;
+    if (SLOW) cursor += ((a.x >> 16) + (b.x >> 16)) >> 3;
+    const uint2 sm = smv[lane + 32 * i];
+    fg_fuse4(sm.x, elo, w[0], w[1]);
+    fg_fuse4(sm.y, ehi, w[2], w[3]);
+}
+
+// One DF11 sub-step from its stage st: mul(i, w) for each pass i's weights (ts_decode_pass).
+template <bool SLOW, class Mul>
+__device__ __forceinline__ void ts_passes(const uint8_t* st, uint32_t t0, uint32_t t1, unsigned long long held,
+                                          uint32_t cursor, const FgPacked& pk, Mul&& mul) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-        const uint32_t v = __funnelshift_r(cw[w0 + 24 * i], cw[w0 + 24 * i + 1], sh);
-        // .x for every four codes; .y only by the lanes with an escape among them (~10% of lanes): a predicated-off
-        // lane takes no part in the bank conflicts of random lookups. (One 8-byte lookup of both: 3.6-way conflicts,
-        // 58% of the kernel's shared-load wavefronts; 0.157 -> 0.152 ms a Qwen3-8B layer at 1 row, H100.)
-        uint2 a, b;
-        a.x = ts_tab[v & 0xfffu];
-        b.x = ts_tab[(v >> 12) & 0xfffu];
-        a.y = (a.x >> 16) ? ts_tab[4096 + (v & 0xfffu)] : 0x3210u;            // 0x3210: keep the four bytes
-        b.y = (b.x >> 16) ? ts_tab[4096 + ((v >> 12) & 0xfffu)] : 0x3210u;
-        if (SLOW) held = ts_fetch8(pk, cursor);
-        const uint32_t elo = ts_prmt(ts_prmt(t0, t1, a.x), (uint32_t)held, a.y);
-        held >>= a.x >> 16;
-        const uint32_t ehi = ts_prmt(ts_prmt(t0, t1, b.x), (uint32_t)held, b.y);
-        held >>= b.x >> 16;
-        if (SLOW) cursor += ((a.x >> 16) + (b.x >> 16)) >> 3;
-        const uint2 sm = smv[lane + 32 * i];
         uint32_t w[4];
-        fg_fuse4(sm.x, elo, w[0], w[1]);
-        fg_fuse4(sm.y, ehi, w[2], w[3]);
+        ts_decode_pass<SLOW>(st, i, t0, t1, held, cursor, pk, w);
         mul(i, w);
     }
 }

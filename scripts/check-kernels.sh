@@ -19,6 +19,10 @@ for cu in kernels/*.cu; do
   done
   echo "ok: $cu (compute_90, compute_80, compute_75)"
 done
+# The warpgroup product kernels as the build makes them for CUDA_COMPUTE_CAP=90 (wgmma, mbarriers, bulk copies:
+# sm_90a machine code, so ptxas checks the asm too).
+nvcc --cubin -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o "$out/df11_tc_wg_90a.cubin" kernels/df11_tc_wg.cu
+echo "ok: kernels/df11_tc_wg.cu (sm_90a)"
 # The tensor-core identity harness (wgmma: sm_90a machine code, so ptxas checks the asm too).
 # (ptxas notes where it adds warpgroup.arrive for the register operands: information, not a fault.)
 nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o "$out/mma_identity" kernels/harness/mma_identity.cu \

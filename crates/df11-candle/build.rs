@@ -36,6 +36,7 @@ fn main() {
         "df11_tc",
         "df11_tc_stream",
         "df11_tc_panel",
+        "df11_tc_wg",
         "llm_ops",
         "decode_step",
         "prefill_attention",
@@ -51,6 +52,7 @@ fn main() {
         "df11_packed.cuh",
         "df11_tc.cuh",
         "df11_tc_stream.cuh",
+        "df11_tc_wg.cuh",
         "llm_common.cuh",
     ] {
         println!("cargo:rerun-if-changed={}", kernels.join(header).display());
@@ -62,6 +64,14 @@ fn main() {
 fn compile(nvcc: &str, cap: &str, kernels: &Path, out: &Path, name: &str) {
     let src = kernels.join(format!("{name}.cu"));
     println!("cargo:rerun-if-changed={}", src.display());
+    // The warpgroup kernels' wgmma, mbarrier and bulk copies exist only on the arch-specific 9.0
+    // target (`sm_90a`); on any other target they compile to traps and are never launched
+    // (`src/cuda/tc_wg.rs`).
+    let cap = if name == "df11_tc_wg" && cap == "90" {
+        "90a"
+    } else {
+        cap
+    };
     let status = Command::new(nvcc)
         .args(["--fatbin", "-O3", "-std=c++17"])
         .arg(format!(

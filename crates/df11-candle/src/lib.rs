@@ -126,6 +126,8 @@ pub use cuda::set_pdl;
 pub use cuda::tc::set_tc_stream;
 #[cfg(feature = "cuda")]
 pub use cuda::tc_panel::set_tc_panel;
+#[cfg(feature = "cuda")]
+pub use cuda::tc_wg::{set_tc_wg, WgUse};
 pub use cuda::tile_order::{
     set_tile_members, set_tile_policy, tile_members_enabled, tile_policy, TileMembers, TileOrder,
 };

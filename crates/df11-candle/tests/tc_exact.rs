@@ -208,6 +208,7 @@ fn escape_heavy(
 #[cfg(feature = "cuda")]
 #[test]
 fn streamed_members_agree_with_the_other_kernel_and_the_twin() {
+    use df11_candle::WgUse;
     set_matmul_path(MatmulPath::Fused);
     df11_candle::set_tile_members(true);
     let device = common::device();
@@ -258,6 +259,7 @@ fn streamed_members_agree_with_the_other_kernel_and_the_twin() {
         for batch in BATCHES {
             let (xh, x) = random_x(&mut rng, batch, cols, &device);
             let mut outs = Vec::new();
+            df11_candle::set_tc_wg(WgUse::Off);
             for panel in [false, true] {
                 df11_candle::set_tc_panel(panel);
                 for stream in [true, false] {
@@ -268,12 +270,19 @@ fn streamed_members_agree_with_the_other_kernel_and_the_twin() {
             }
             df11_candle::set_tc_stream(true);
             df11_candle::set_tc_panel(false);
+            // The warpgroup kernels at every batch (Hopper sm_90a builds; elsewhere the same
+            // kernels as above run again).
+            df11_candle::set_tc_wg(WgUse::All);
+            outs.push(bits(&fused.forward(&x).unwrap()));
+            outs.push(bits(&twin.forward(&x).unwrap()));
+            df11_candle::set_tc_wg(WgUse::Off);
             let what = format!("streamed member {i} [{rows}, {cols}] batch {batch}");
             let names = ["DF11 streaming", "twin streaming", "DF11", "twin"];
             let names = names
                 .iter()
                 .map(|n| format!("{n}, panel off"))
-                .chain(names.iter().map(|n| format!("{n}, panel on")));
+                .chain(names.iter().map(|n| format!("{n}, panel on")))
+                .chain(["DF11 warpgroup".to_string(), "twin warpgroup".to_string()]);
             for (o, name) in outs.iter().zip(names).skip(1) {
                 assert!(*o == outs[0], "{what}: {name} differs from DF11 streaming");
             }

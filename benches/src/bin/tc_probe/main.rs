@@ -9,7 +9,7 @@
 //!
 //! `tc_probe layer BATCH...`: a Qwen3-8B layer's products as the decode step launches them (q/k/v
 //! stacked, o, gate/up stacked, down: four launches), cuBLAS BF16, the twin and DF11 (tile order,
-//! streaming and panel kernels, `DF11_TC_PANEL` off and on), each timed eagerly and as a replayed
+//! streaming, panel and warpgroup kernels), each timed eagerly and as a replayed
 //! CUDA graph of the four launches (PDL edges where `DF11_PDL` allows), with the DF11 bytes read
 //! per layer; checks every kernel's outputs bit for bit first (`TC_PROBE_NO_CHECK`: prints a
 //! difference instead of stopping; `TC_PROBE_X=same`: every row of x the same; `TC_PROBE_ONLY=0,2`
@@ -28,8 +28,8 @@
 
 use candle_core::{DType, Device, Module, Tensor};
 use df11_candle::{
-    encode_unit, set_fused_kernel, set_matmul_path, set_tc_panel, synth, Df11Group, Df11Linear,
-    ExponentForm, FusedKernel, MatmulPath, UnitLayout,
+    encode_unit, set_fused_kernel, set_matmul_path, set_tc_panel, set_tc_wg, synth, Df11Group,
+    Df11Linear, ExponentForm, FusedKernel, MatmulPath, UnitLayout, WgUse,
 };
 
 mod embed;
@@ -99,6 +99,40 @@ fn tiled_linears(
     Ok((df11, dense, bytes))
 }
 
+/// The tensor-core kernel families `tc_probe layer` times (each DF11 and its twin).
+#[derive(Clone, Copy)]
+enum Family {
+    /// The streaming kernels (`kernels/df11_tc_stream.cu`).
+    Stream,
+    /// The panel kernels (`DF11_TC_PANEL`).
+    Panel,
+    /// The warpgroup kernels (`DF11_TC_WG`, Hopper sm_90a builds; elsewhere the streaming
+    /// kernels again).
+    Warpgroup,
+}
+
+const FAMILIES: [Family; 3] = [Family::Stream, Family::Panel, Family::Warpgroup];
+
+impl Family {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Stream => "stream",
+            Self::Panel => "panel",
+            Self::Warpgroup => "warpgroup",
+        }
+    }
+
+    /// Makes this family take the products (for the whole process).
+    fn set(self) {
+        set_tc_panel(matches!(self, Self::Panel));
+        set_tc_wg(if matches!(self, Self::Warpgroup) {
+            WgUse::All
+        } else {
+            WgUse::Off
+        });
+    }
+}
+
 /// `tc_probe layer BATCH...` (module doc).
 fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
     let (df11, dense, bytes) = tiled_linears(dev, &LAYER_AS_LAUNCHED)?;
@@ -106,7 +140,19 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
         "Qwen3-8B layer as launched {LAYER_AS_LAUNCHED:?}: DF11 {:.1} MB on the device",
         bytes as f64 / 1e6
     );
-    println!("batch | cuBLAS eager / graph ms | twin stream | twin panel | DF11 stream | DF11 panel (eager / graph ms) | DF11 panel TB/s | DF11 panel / cuBLAS | twin panel / cuBLAS | DF11 panel / DF11 stream (graphs)");
+    let names: Vec<&str> = FAMILIES.iter().map(|f| f.name()).collect();
+    let cols: String = names
+        .iter()
+        .map(|n| format!(" | twin {n} | DF11 {n}"))
+        .collect();
+    let ratios: String = names
+        .iter()
+        .map(|n| format!(" | cuBLAS / DF11 {n} / cuBLAS / twin {n}"))
+        .collect();
+    println!(
+        "batch | cuBLAS{cols} (eager / graph ms) | DF11 {} TB/s{ratios} (graphs)",
+        names[names.len() - 1]
+    );
     set_fused_kernel(Some(FusedKernel::TensorCore));
     df11_candle::set_tc_stream(true);
     for &batch in batches {
@@ -149,10 +195,10 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
                 .collect()
         };
         let mut seen = Vec::new();
-        for panel in [false, true] {
-            set_tc_panel(panel);
-            seen.push((format!("DF11, panel {panel}"), outputs(&df11)?));
-            seen.push((format!("twin, panel {panel}"), outputs(&dense)?));
+        for family in FAMILIES {
+            family.set();
+            seen.push((format!("DF11, {}", family.name()), outputs(&df11)?));
+            seen.push((format!("twin, {}", family.name()), outputs(&dense)?));
         }
         // TC_PROBE_NO_CHECK: a difference is printed, not fatal (diagnostic kernel variants).
         let lenient = std::env::var_os("TC_PROBE_NO_CHECK").is_some();
@@ -174,36 +220,40 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
         );
         set_matmul_path(MatmulPath::Fused);
         let mut timed = Vec::new();
-        for panel in [false, true] {
-            set_tc_panel(panel);
+        for family in FAMILIES {
+            family.set();
             for ls in [&dense, &df11] {
                 timed.push((time(dev, 20, || run(ls)), time_graph(dev, 20, || run(ls))?));
             }
         }
-        set_tc_panel(false);
-        let [twin_s, df11_s, twin_p, df11_p] = [timed[0], timed[1], timed[2], timed[3]];
+        Family::Stream.set();
         let per = repeat as f64;
-        let [cublas, twin_s, df11_s, twin_p, df11_p] =
-            [cublas, twin_s, df11_s, twin_p, df11_p].map(|t| (t.0 / per, t.1 / per));
+        let cublas = (cublas.0 / per, cublas.1 / per);
+        let timed: Vec<(f64, f64)> = timed.iter().map(|t| (t.0 / per, t.1 / per)).collect();
         let ms = |t: (f64, f64)| format!("{:.4} / {:.4}", t.0 * 1e3, t.1 * 1e3);
-        println!(
-            "{batch:>5} | {} | {} | {} | {} | {} | {:.2} | {:.2}x | {:.2}x | {:.2}x",
-            ms(cublas),
-            ms(twin_s),
-            ms(twin_p),
-            ms(df11_s),
-            ms(df11_p),
-            // TB/s of the whole layer's bytes: not printed for a subset of the launches.
-            if only.len() == LAYER_AS_LAUNCHED.len() {
-                bytes as f64 / df11_p.1 / 1e12
-            } else {
-                f64::NAN
-            },
-            cublas.1 / df11_p.1,
-            cublas.1 / twin_p.1,
-            df11_s.1 / df11_p.1,
-        );
+        let mut line = format!("{batch:>5} | {}", ms(cublas));
+        for pair in timed.chunks(2) {
+            line += &format!(" | {} | {}", ms(pair[0]), ms(pair[1]));
+        }
+        // The last family's DF11: TB/s of the whole layer's bytes (not printed for a subset of
+        // the launches), and every family's DF11 and twin against cuBLAS (graphs).
+        let last = timed[timed.len() - 1];
+        let tbs = if only.len() == LAYER_AS_LAUNCHED.len() {
+            bytes as f64 / last.1 / 1e12
+        } else {
+            f64::NAN
+        };
+        line += &format!(" | {tbs:.2}");
+        for pair in timed.chunks(2) {
+            line += &format!(
+                " | {:.2}x / {:.2}x",
+                cublas.1 / pair[1].1,
+                cublas.1 / pair[0].1
+            );
+        }
+        println!("{line}");
     }
+    Family::Stream.set();
     set_fused_kernel(None);
     Ok(())
 }

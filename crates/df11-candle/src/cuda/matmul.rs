@@ -148,6 +148,11 @@ pub fn fused_plan(rows: usize, cols: usize, device: &Device) -> Option<FusedKern
         (MatmulPath::Auto, true) if (tc_min..=TC_MAX_ROWS).contains(&rows) => {
             Some(FusedKernel::TensorCore)
         }
+        (MatmulPath::Auto, true)
+            if rows <= TC_LIMIT_ROWS && warpgroup_takes(rows, cols, device) =>
+        {
+            Some(FusedKernel::TensorCore)
+        }
         (MatmulPath::Auto, _) if rows <= FUSED_MAX_ROWS => Some(FusedKernel::CudaCore),
         (MatmulPath::Auto, _) => None,
     }
@@ -156,7 +161,23 @@ pub fn fused_plan(rows: usize, cols: usize, device: &Device) -> Option<FusedKern
 /// Whether a product with `rows` rows of input on `device` takes a fused kernel for some weight
 /// shape.
 pub fn use_fused(rows: usize, device: &Device) -> bool {
-    fused_plan(rows, 256, device).is_some() || fused_plan(rows, 8, device).is_some()
+    [8, 256, 2048]
+        .into_iter()
+        .any(|cols| fused_plan(rows, cols, device).is_some())
+}
+
+/// Whether the warpgroup tensor-core kernels (`kernels/df11_tc_wg.cu`: an `sm_90a` build on a
+/// compute capability 9.0 GPU, widths of whole 2048-column chunks) take a product with `rows`
+/// rows of input and `cols` columns on `device`. Only where `DF11_TC_WG` turns them on (off by
+/// default: slower than decode + cuBLAS above 16 rows so far, docs/PERFORMANCE.md, session 21).
+pub fn warpgroup_takes(rows: usize, cols: usize, device: &Device) -> bool {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(d) = device {
+        return crate::cuda::tile_order::tiles_whole_chunks(cols)
+            && crate::cuda::tc_wg::takes(d, cols, rows).unwrap_or(false);
+    }
+    let _ = (rows, cols, device);
+    false
 }
 
 /// Whether the tensor-core kernels take a weight with `cols` columns: whole 256-column passes,

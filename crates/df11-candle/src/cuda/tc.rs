@@ -20,7 +20,7 @@ use crate::cuda::matmul::{tc_shape, TC_LIMIT_ROWS};
 use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::packed_kernels::PackedBuffers;
 use crate::cuda::pdl::{self, RawArgs};
-use crate::cuda::tc_panel;
+use crate::cuda::{tc_panel, tc_wg};
 
 mod stream;
 pub use stream::set_tc_stream;
@@ -219,7 +219,7 @@ impl PackedTcOp<'_> {
         if !self.whole_chunks() {
             return Ok(false);
         }
-        if tc_panel::takes(dev, self.rows, nb, false)? {
+        if tc_wg::takes(dev, self.cols, nb)? || tc_panel::takes(dev, self.rows, nb, false)? {
             return Ok(true);
         }
         if !STREAM.get() {
@@ -296,6 +296,12 @@ impl CudaOp2 for PackedTcOp<'_> {
                 g2,
                 base,
             };
+            if let Some(out) = tc_wg::df11(&dev, &tiling, &matrix, &xv, rows, cols, nb)? {
+                return Ok((
+                    CudaStorage::wrap_cuda_slice(out, dev),
+                    Shape::from((nb, rows)),
+                ));
+            }
             if let Some(out) = tc_panel::df11(&dev, &tiling, &matrix, &xv, rows, cols, nb)? {
                 return Ok((
                     CudaStorage::wrap_cuda_slice(out, dev),
@@ -396,6 +402,12 @@ impl CudaOp2 for TwinTcOp {
         let tiling = TcTiling::new(rows, cols, nb)?;
         let wv = bf16_view(w, w_l, "the weight")?;
         let xv = bf16_view(x, x_l, "x")?;
+        if let Some(out) = tc_wg::twin(&dev, &tiling, &wv, &xv, rows, cols, nb)? {
+            return Ok((
+                CudaStorage::wrap_cuda_slice(out, dev),
+                Shape::from((nb, rows)),
+            ));
+        }
         if let Some(out) = tc_panel::twin(&dev, &tiling, &wv, &xv, rows, cols, nb)? {
             return Ok((
                 CudaStorage::wrap_cuda_slice(out, dev),

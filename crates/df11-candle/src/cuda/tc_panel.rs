@@ -68,7 +68,7 @@ type Counters = HashMap<(usize, usize), Rc<CudaSlice<u32>>>;
 /// This thread's zeroed counters for `dev`'s stream, created at first use, or `None` where they
 /// do not exist yet and the stream is capturing a graph (an allocation there would belong to the
 /// graph; the caller takes another kernel, with the same output).
-fn counters(dev: &CudaDevice) -> candle_core::Result<Option<Rc<CudaSlice<u32>>>> {
+pub(crate) fn counters(dev: &CudaDevice) -> candle_core::Result<Option<Rc<CudaSlice<u32>>>> {
     let stream = dev.cuda_stream();
     let key = (
         stream.context().cu_ctx() as usize,
