@@ -46,6 +46,10 @@
 #include "df11_tc_wg.cuh"
 
 // x slots a warpgroup (passes in flight): 8 (4 at N >= 64, whose slots are larger).
+#ifndef WG_UNROLL
+#define WG_UNROLL 8                  // passes of a DF11 sub-step unrolled (a -D for measurements)
+#endif
+constexpr int wg_unroll = WG_UNROLL;
 #ifndef WG_XD
 #define WG_XD(N) ((N) >= 64 ? 4 : 8)
 #endif
@@ -132,7 +136,9 @@ __device__ __forceinline__ void tc_wg(const FgPacked& pk, const TsTables& tabs, 
     const uint32_t g = lane >> 2, t = lane & 3;
     const int ipg = tc_items_per_group(cols, steps), nsb = 8 / steps;
     const int groups = (rows + 7) / 8, tiles = (groups + 7) / 8, ntasks = tiles * ipg;
-    const int stride = (int)gridDim.x * wgs, first_task = (int)blockIdx.x * wgs + (int)wg;
+    // Warpgroup wg of CTA c takes tasks wg * grid + c, + grid * wgs, ...: the first tasks go one to a CTA, so a
+    // product with fewer tasks than warpgroups still spreads over every SM.
+    const int stride = (int)gridDim.x * wgs, first_task = (int)wg * (int)gridDim.x + (int)blockIdx.x;
     // Head: 3 x 8 barriers (192 bytes), 3 flags, 3 x 8 counters at 208.. (WG_HEAD 512).
     uint64_t* xfull = reinterpret_cast<uint64_t*>(wg_smem) + 8 * wg;
     volatile uint32_t* flag = reinterpret_cast<uint32_t*>(wg_smem + 192) + wg;
@@ -306,7 +312,7 @@ __device__ __forceinline__ void tc_wg(const FgPacked& pk, const TsTables& tabs, 
                 if (live_b) eb = wg_lane_escapes(sbs);
                 auto passes8 = [&](auto slow) {
                     constexpr bool SLOW = decltype(slow)::value;
-#pragma unroll
+#pragma unroll wg_unroll
                     for (int i = 0; i < 8; ++i) {
                         uint32_t wa[4] = {0u, 0u, 0u, 0u}, wb[4] = {0u, 0u, 0u, 0u};
                         if (live_a) ts_decode_pass<SLOW>(sa, i, ta0, ta1, ea.held, ea.cursor, pk, wa);

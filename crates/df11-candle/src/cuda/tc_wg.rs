@@ -62,15 +62,15 @@ pub(crate) const WG_LIMIT_ROWS: usize = 128;
 pub(crate) const WG_MIN_ROWS: usize = 9;
 
 /// `DF11_TC_WG`: `off` (the default: measured slower than the streaming and panel kernels at
-/// every row count so far, docs/PERFORMANCE.md, session 21), `on` (from [`WG_MIN_ROWS`] rows
-/// where the kernels run; the products from 17 to 64 rows then take them instead of decode +
+/// every row count so far, docs/PERFORMANCE.md, session 21), `on` (from 9 rows where the
+/// kernels run; the products from 17 to 64 rows then take them instead of decode +
 /// cuBLAS) or `all` (every batch they take, for measurements). Outputs are the same bits
 /// whichever kernel runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WgUse {
     /// Never.
     Off,
-    /// From [`WG_MIN_ROWS`] rows.
+    /// From 9 rows (`WG_MIN_ROWS`).
     On,
     /// At every batch size.
     All,
@@ -179,7 +179,7 @@ fn plan(
         return Ok(None);
     }
     let n = n_for(nb);
-    let Some((_, wgs)) = layout(n, twin, smem_per_block_optin(dev)?) else {
+    let Some((smem, wgs)) = layout(n, twin, smem_per_block_optin(dev)?) else {
         return Ok(None);
     };
     let Some(counters) = tc_panel::counters(dev)? else {
@@ -206,18 +206,10 @@ fn plan(
     // SAFETY: x is a contiguous [nb, cols] BF16 view, xp holds cols * n BF16 (n >= nb, cols a
     // multiple of 2048); the kernel waits for the kernel before it before reading x.
     unsafe { pdl::launch_maybe(&order, order_cfg, &mut a, pdl::available(dev)?) }?;
-    // Warpgroups a CTA: as few as keep every SM busy (a CTA's warpgroups take consecutive tasks,
-    // so 3 a CTA would leave two thirds of the SMs idle on a 4096-row product's 128 tasks).
-    let sms = sm_count(dev)?;
-    let wgs = wgs.min(ntasks.div_ceil(sms)).max(1);
-    let ring = if twin {
-        TWIN_RING_BYTES
-    } else {
-        DF11_RING_BYTES
-    };
-    let smem = HEAD_BYTES + wgs * (x_slots(n) * n * 64 + ring);
     let name = kernel(twin, n);
-    let mut cfg = launch_config_in(dev, &module()?, name, smem, ntasks.div_ceil(wgs), 1)?;
+    // One CTA an SM (fewer where there are fewer tasks): its warpgroups' first tasks go one to a
+    // CTA (the kernel's task order), so every SM works before any takes a second.
+    let mut cfg = launch_config_in(dev, &module()?, name, smem, ntasks, 1)?;
     cfg.block_dim = ((128 * wgs) as u32, 1, 1);
     Ok(Some(WgLaunch {
         cfg,
@@ -226,15 +218,6 @@ fn plan(
         partial,
         counters,
     }))
-}
-
-/// The device's SMs.
-fn sm_count(dev: &CudaDevice) -> candle_core::Result<usize> {
-    use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute as A;
-    let ctx = dev.cuda_stream().context().clone();
-    Ok(ctx
-        .attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .w()? as usize)
 }
 
 /// The product kernel for N rows of x.
