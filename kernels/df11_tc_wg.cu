@@ -1,6 +1,6 @@
 // WARPGROUP tensor-core products (Hopper, sm_90a): df11_tc_wg_* (DF11, a member in the TILE ORDER whose sub-steps are
 // whole 2048-element chunks, or stacked such members, as df11_tc_stream.cu takes them) and bf16_tc_wg_*, their BF16
-// twin, for 9 to 128 rows of x. They follow THE TC SUMMATION CONTRACT of df11_tc.cu unchanged (same items, same k
+// twin, for 9 to 64 rows of x. They follow THE TC SUMMATION CONTRACT of df11_tc.cu unchanged (same items, same k
 // slots, same partial sums added in the same order), so they are bit-identical to every other tensor-core kernel.
 // Written for this project.
 //
@@ -8,7 +8,7 @@
 // 16 rows of x are another A fragment per weight fragment, loaded and moved per row group. Here the WEIGHTS are the A
 // operand: a warp decodes two row groups (rows g and g + 8 of an m64 tile's 16) into A registers, as the streaming
 // kernel decodes one, and a warpgroup's four warps issue one wgmma m64nNk16 per pass and accumulator, whose B operand
-// is x read by the tensor core from shared memory: no x register, no x load by a warp, whatever N (16 to 128).
+// is x read by the tensor core from shared memory: no x register, no x load by a warp, whatever N (16 to 64).
 // (wgmma with A = W from registers and B = x from shared memory sums bit for bit as the contract's mma.sync chain:
 // kernels/harness/mma_identity.cu.)
 //
@@ -364,16 +364,14 @@ __device__ __forceinline__ void tc_wg(const FgPacked& pk, const TsTables& tabs, 
     const uint16_t *w, const uint8_t *xp, __nv_bfloat16 *y, float *partial, uint32_t *counters, int nb, int rows,   \
         int cols, int steps
 
-// One CTA per SM (the stages and x slots take the shared memory), up to 3 warpgroups (2 at N = 128: its 128
-// accumulators a thread need the registers).
-#define WG_MAX_THREADS(N) ((N) >= 128 ? 256 : 384)
+// One CTA per SM (the stages and x slots take the shared memory), up to 3 warpgroups.
 #define WG_INSTANTIATE(N)                                                                                            \
-    extern "C" __global__ void __launch_bounds__(WG_MAX_THREADS(N), 1) df11_tc_wg_##N(WG_PACKED_ARGS) {             \
+    extern "C" __global__ void __launch_bounds__(384, 1) df11_tc_wg_##N(WG_PACKED_ARGS) {                           \
         const FgPacked pk = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, t0, t1};              \
         const TsTables tabs = {t0, t1, t0b, t1b, t0c, t1c, g1, g2};                                                  \
         tc_wg<N, false>(pk, tabs, sign_mantissa, nullptr, xp, y, partial, counters, nb, rows, cols, base, steps);   \
     }                                                                                                                \
-    extern "C" __global__ void __launch_bounds__(WG_MAX_THREADS(N), 1) bf16_tc_wg_##N(WG_TWIN_ARGS) {               \
+    extern "C" __global__ void __launch_bounds__(384, 1) bf16_tc_wg_##N(WG_TWIN_ARGS) {                             \
         const FgPacked pk = {};                                                                                      \
         const TsTables tabs = {};                                                                                    \
         tc_wg<N, true>(pk, tabs, nullptr, w, xp, y, partial, counters, nb, rows, cols, 0, steps);                  \
@@ -382,4 +380,3 @@ __device__ __forceinline__ void tc_wg(const FgPacked& pk, const TsTables& tabs, 
 WG_INSTANTIATE(16)
 WG_INSTANTIATE(32)
 WG_INSTANTIATE(64)
-WG_INSTANTIATE(128)

@@ -19,7 +19,7 @@
 //! - `tc_panel`: the panel tensor-core products (`df11_tc_panel.cu`): 8 warps of a CTA on the
 //!   same columns of 8 row groups, columns split over CTAs (9 to 64 rows of input);
 //! - `tc_wg`: the warpgroup tensor-core products (`df11_tc_wg.cu`, Hopper): weights decoded into
-//!   wgmma A registers, x from shared memory in contract order (9 to 128 rows of input);
+//!   wgmma A registers, x from shared memory in contract order (9 to 64 rows of input);
 //! - `packed_kernels`: the fused kernel and the decode over packed exponents (`df11_packed.cu`);
 //! - `llm_ops`: small fused ops of the models' forward pass (`llm_ops.cu`);
 //! - `decode_step`: the graph-capturable decode step's kernels: q/k norm + RoPE + KV write,

@@ -23,7 +23,7 @@ use crate::cuda::tc::TcTiling;
 
 const MODULE: Module = fatbin_module!("df11_tc_panel");
 /// Row groups a launch may have: the counters a device keeps per host thread.
-const MAX_GROUPS: usize = 1 << 16;
+pub(crate) const MAX_GROUPS: usize = 1 << 16;
 /// A warp's two stages of `TS_STAGE` (DF11) or `TS_TWIN_STAGE` bytes
 /// (kernels/df11_tc_stream.cuh), 8 warps.
 const DF11_RING_BYTES: usize = 8 * 2 * 3120;
@@ -188,6 +188,18 @@ pub(crate) struct PanelMatrix<'a> {
     pub(crate) base: usize,
 }
 
+impl<'a> PanelMatrix<'a> {
+    /// Pushes the matrix's arguments as the panel, warpgroup and streaming DF11 kernels take them
+    /// first: the unit's packed buffers, the three tables, g1, g2, sign_mantissa.
+    pub(crate) fn push_weights(&'a self, a: &mut RawArgs<'a>) {
+        let [[t0, t1], [t0b, t1b], [t0c, t1c]] = &self.tables;
+        self.unit.push_packed_raw(a);
+        a.scalar(t0).scalar(t1).scalar(t0b).scalar(t1b);
+        a.scalar(t0c).scalar(t1c).scalar(&self.g1).scalar(&self.g2);
+        a.buffer(self.sign_mantissa);
+    }
+}
+
 /// The DF11 product `x` (`[nb, cols]`) times the `[rows, cols]` matrix `m` transposed, by the
 /// panel kernel, or `None` where it does not run now (setting, shared memory, a capture
 /// without counters: the caller takes the streaming kernel, with the same output). The caller
@@ -209,13 +221,10 @@ pub(crate) fn df11(
     let func = MODULE.func(dev, p.name)?;
     let (nb_, rows_, cols_, base_) = (nb as i32, rows as i32, cols as i32, m.base as i64);
     let steps = tiling.steps as i32;
-    let [[t0, t1], [t0b, t1b], [t0c, t1c]] = m.tables;
     let stream = dev.cuda_stream();
     let mut a = RawArgs::new(&stream);
-    m.unit.push_packed_raw(&mut a);
-    a.scalar(&t0).scalar(&t1).scalar(&t0b).scalar(&t1b);
-    a.scalar(&t0c).scalar(&t1c).scalar(&m.g1).scalar(&m.g2);
-    a.buffer(m.sign_mantissa).buffer(x).buffer(&out);
+    m.push_weights(&mut a);
+    a.buffer(x).buffer(&out);
     a.buffer(&p.partial).buffer(&*p.counters);
     a.scalar(&nb_).scalar(&rows_).scalar(&cols_).scalar(&base_);
     a.scalar(&steps);

@@ -38,6 +38,7 @@ fn module() -> candle_core::Result<Module> {
         .clone()
         .map_err(candle_core::Error::msg)
 }
+
 /// A warp's four stages (two sub-steps of two row groups) of `TS_STAGE` (DF11) or
 /// `TS_TWIN_STAGE` bytes (kernels/df11_tc_stream.cuh), four warps a warpgroup.
 const DF11_RING_BYTES: usize = 4 * 4 * 3120;
@@ -55,8 +56,10 @@ fn x_slots(n: usize) -> usize {
         8
     }
 }
-/// Most rows of x a launch takes (`N` = 128).
-pub(crate) const WG_LIMIT_ROWS: usize = 128;
+
+/// Most rows of x a launch takes: the tensor-core limit (`N` = 64; 65 to 128 rows would need a
+/// kernel with N = 128 and that limit raised).
+pub(crate) const WG_LIMIT_ROWS: usize = crate::cuda::matmul::TC_LIMIT_ROWS;
 
 /// Rows of x from which `on` takes the warpgroup kernels (where they run).
 pub(crate) const WG_MIN_ROWS: usize = 9;
@@ -122,22 +125,20 @@ fn n_for(nb: usize) -> usize {
     match nb {
         0..=16 => 16,
         17..=32 => 32,
-        33..=64 => 64,
-        _ => 128,
+        _ => 64,
     }
 }
 
 /// Dynamic shared memory and warpgroups of a launch (`wg_smem_bytes` of the kernel): as many
-/// warpgroups as fit, at most 3 (2 at N = 128, the kernel's launch bounds); `None` where one
-/// does not fit a device that allows `optin` bytes.
+/// warpgroups as fit, at most 3 (the kernel's launch bounds); `None` where one does not fit a
+/// device that allows `optin` bytes.
 fn layout(n: usize, twin: bool, optin: usize) -> Option<(usize, usize)> {
     let (ring, table) = if twin {
         (TWIN_RING_BYTES, 0)
     } else {
         (DF11_RING_BYTES, TABLE_BYTES)
     };
-    let most = if n >= 128 { 2 } else { 3 };
-    (1..=most)
+    (1..=3)
         .rev()
         .map(|wgs| (HEAD_BYTES + wgs * (x_slots(n) * n * 64 + ring), wgs))
         .find(|&(smem, _)| smem + table <= optin)
@@ -186,6 +187,9 @@ fn plan(
         return Ok(None);
     };
     let tiles = rows.div_ceil(64);
+    if tiles > tc_panel::MAX_GROUPS {
+        return Ok(None); // more 64-row tiles than counters: another kernel, the same output
+    }
     let ntasks = tiles * tiling.items_per_group();
     // SAFETY: the order kernel writes every element of xp; the product writes every task's
     // sums before any is read.
@@ -225,12 +229,10 @@ fn kernel(twin: bool, n: usize) -> &'static str {
     match (twin, n) {
         (false, 16) => "df11_tc_wg_16",
         (false, 32) => "df11_tc_wg_32",
-        (false, 64) => "df11_tc_wg_64",
-        (false, _) => "df11_tc_wg_128",
+        (false, _) => "df11_tc_wg_64",
         (true, 16) => "bf16_tc_wg_16",
         (true, 32) => "bf16_tc_wg_32",
-        (true, 64) => "bf16_tc_wg_64",
-        (true, _) => "bf16_tc_wg_128",
+        (true, _) => "bf16_tc_wg_64",
     }
 }
 
@@ -255,13 +257,10 @@ pub(crate) fn df11(
     let func = module()?.func(dev, p.name)?;
     let (nb_, rows_, cols_, base_) = (nb as i32, rows as i32, cols as i32, m.base as i64);
     let steps = tiling.steps as i32;
-    let [[t0, t1], [t0b, t1b], [t0c, t1c]] = m.tables;
     let stream = dev.cuda_stream();
     let mut a = RawArgs::new(&stream);
-    m.unit.push_packed_raw(&mut a);
-    a.scalar(&t0).scalar(&t1).scalar(&t0b).scalar(&t1b);
-    a.scalar(&t0c).scalar(&t1c).scalar(&m.g1).scalar(&m.g2);
-    a.buffer(m.sign_mantissa).buffer(&p.xp).buffer(&out);
+    m.push_weights(&mut a);
+    a.buffer(&p.xp).buffer(&out);
     a.buffer(&p.partial).buffer(&*p.counters);
     a.scalar(&nb_).scalar(&rows_).scalar(&cols_).scalar(&base_);
     a.scalar(&steps);
