@@ -126,6 +126,22 @@ __device__ __forceinline__ void fg_fuse4(uint32_t s, uint32_t e, uint32_t& lo, u
     hi = __byte_perm(L, H, 0x7362);
 }
 
+// Each byte of e rotated right by one bit (exponent bits 7..1 in bits 6..0, bit 0 in bit 7): the form fg_fuse4_rot
+// takes. A kernel that decodes many weights per exponent word it loads (the member's table, a lane's held escapes)
+// rotates those once, and each four weights then cost two bit selects and two permutes instead of six instructions
+// (the streaming kernels' pass loop, docs/PERFORMANCE.md, session 22).
+__device__ __forceinline__ uint32_t fg_rot(uint32_t e) { return fg_select80(e >> 1, e << 7); }
+__device__ __forceinline__ unsigned long long fg_rot64(unsigned long long e) {
+    return ((unsigned long long)fg_rot((uint32_t)(e >> 32)) << 32) | fg_rot((uint32_t)e);
+}
+// fg_fuse4 with the exponent bytes rotated (fg_rot): the same four BF16.
+__device__ __forceinline__ void fg_fuse4_rot(uint32_t s, uint32_t r, uint32_t& lo, uint32_t& hi) {
+    const uint32_t H = fg_select80(r, s);               // sign, exponent bits 7..1
+    const uint32_t L = fg_select80(s, r);               // exponent bit 0, mantissa
+    lo = __byte_perm(L, H, 0x5140);
+    hi = __byte_perm(L, H, 0x7362);
+}
+
 // A unit in the packed form, as the product kernels (df11_fused.cu, df11_tc.cu) take it; t0, t1: the member's table
 // (codes 0-3 and 4-7 as little-endian words).
 struct FgPacked {

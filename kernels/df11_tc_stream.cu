@@ -256,10 +256,15 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
     const uint16_t *w, const __nv_bfloat16 *x, __nv_bfloat16 *y, int nb, int rows, int cols, int tile_groups,       \
         int steps, int nslots
 
-// 2 CTAs per SM where the shared memory allows (the host's grid follows, tc/stream.rs).
+// 2 CTAs per SM where the shared memory allows (the host's grid follows, tc/stream.rs). TS_LOW_CTAS: the DF11 kernel
+// of 8 rows or fewer compiled for more, for measurements (3: 80 registers with spills, 0.134 against 0.112 ms a
+// Qwen3-8B layer at 1 row, H200, docs/PERFORMANCE.md session 22; the host launches what the driver says fits).
+#ifndef TS_LOW_CTAS
+#define TS_LOW_CTAS 2
+#endif
 // NAME: 8 (MT 1, nb <= 8), 1, 2, 4.
 #define TS_INSTANTIATE(NAME, MT, LOW)                                                                                \
-    extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) df11_tc_stream_##NAME(TS_PACKED_ARGS) {             \
+    extern "C" __global__ void __launch_bounds__(TC_THREADS, LOW ? TS_LOW_CTAS : 2) df11_tc_stream_##NAME(TS_PACKED_ARGS) { \
         const FgPacked pk = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, t0, t1};              \
         const TsTables tabs = {t0, t1, t0b, t1b, t0c, t1c, g1, g2};                                                  \
         tc_stream<MT, LOW, false>(pk, tabs, sign_mantissa, nullptr, x, y, nb, rows, cols, base, tile_groups, steps, \

@@ -9,6 +9,7 @@
 #include "df11_packed.cuh"
 #include "df11_tc.cuh"
 #include "llm_common.cuh"
+#include "df11_escape_table.cuh"
 // Stages per warp: TS_DEPTH - 1 sub-steps in flight (another value only by -D for measurements, with
 // DF11_TC_STREAM_DEPTH: crates/df11-candle/src/cuda/tc/stream.rs).
 #ifndef TS_DEPTH
@@ -22,41 +23,7 @@
 #define TS_HEAD (TS_WIN + TS_ESC_WIN)        //   chunk's first escape, window start, chunk's escape count (u32)
 #define TS_STAGE (TS_HEAD + 16)              // 3120 B
 #define TS_TWIN_STAGE 4096                   // twin stage: 8 passes x 32 lanes x 16 B
-#define TS_TABLE_BYTES (8 * 4096)
 
-// THE ESCAPE TABLE, indexed by four codes (12 bits, code k at bits 3k): 4096 words .x, then 4096 words .y. Entry .x:
-// bits 0-15 the byte selector that takes each code's exponent from the member's table (t0: codes 0-3, t1: codes 4-7,
-// code 7 -> 0), bits 16-23 eight times the number of escaped codes (code 7) among the four. Entry .y: the byte selector
-// that keeps byte k of that word for a code below 7 and takes byte r of the held escapes for the r-th escaped code. So
-//     exponents = prmt(prmt(t0, t1, .x), held, .y);  held >>= .x >> 16;
-// decodes four codes with their escapes. It does not depend on the member: one table serves every launch.
-struct __align__(16) TsTable {
-    uint32_t e[2 * 4096];
-    constexpr TsTable() : e() {
-        for (uint32_t i = 0; i < 4096; ++i) {
-            uint32_t spread = 0, pick = 0, n = 0;
-            for (uint32_t k = 0; k < 4; ++k) {
-                const uint32_t c = (i >> (3 * k)) & 7u;
-                spread |= c << (4 * k);
-                pick |= (c == 7u ? 4u + n++ : k) << (4 * k);
-            }
-            e[i] = spread | ((8u * n) << 16);
-            e[4096 + i] = pick;
-        }
-    }
-};
-__device__ const TsTable ts_table;
-// Its copy in shared memory (DF11 kernels only: a file-scope array is allocated in the kernels that use it), at a
-// fixed address, so a lookup is one LDS with the table's offset as its immediate.
-__shared__ __align__(16) uint32_t ts_tab[2 * 4096];
-
-// prmt with a run-time selector (__byte_perm masks each selector nibble with a logic op first; ours never set bit 3
-// of a nibble, and prmt reads only the low 16 bits).
-__device__ __forceinline__ uint32_t ts_prmt(uint32_t a, uint32_t b, uint32_t sel) {
-    uint32_t r;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-    return r;
-}
 
 __device__ __forceinline__ void ts_copy16(void* dst, const void* src, uint32_t src_bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -117,33 +84,32 @@ __device__ __forceinline__ void ts_mul(const uint32_t (&w)[4], const TcX<MT>& xs
 
 // Pass i of a DF11 sub-step from its stage st: the lane's 8 codes -> exponents with escapes (ts_table) -> BF16 pairs
 // w. FAST: `held` holds the lane's escapes (shifted out as they are used); SLOW: they are read at `cursor` (advanced).
+// t0, t1 and held have their bytes rotated (fg_rot).
 template <bool SLOW>
 __device__ __forceinline__ void ts_decode_pass(const uint8_t* st, int i, uint32_t t0, uint32_t t1,
                                                unsigned long long& held, uint32_t& cursor, const FgPacked& pk,
                                                uint32_t (&w)[4]) {
     const uint32_t lane = threadIdx.x & 31;
+#ifdef TS_NO_DECODE   // diagnostic (wrong sums): the stage's sign bytes with one exponent, no code read or lookup
+    {
+        const uint2 sm = reinterpret_cast<const uint2*>(st + TS_SM)[lane + 32 * i];
+        fg_fuse4_rot(sm.x, t0, w[0], w[1]);
+        fg_fuse4_rot(sm.y, t1, w[2], w[3]);
+        return;
+    }
+#endif
     // The lane's 8-group of pass i is the 24 bits at byte 3 (lane + 32 i) of the codes.
     const uint32_t* cw = reinterpret_cast<const uint32_t*>(st + TS_CODES);
     const uint32_t w0 = (3 * lane) >> 2, sh = ((lane & 3) * 24) & 31;
     const uint2* smv = reinterpret_cast<const uint2*>(st + TS_SM);
     const uint32_t v = __funnelshift_r(cw[w0 + 24 * i], cw[w0 + 24 * i + 1], sh);
-    // .x for every four codes; .y only by the lanes with an escape among them (~10% of lanes): a predicated-off
-    // lane takes no part in the bank conflicts of random lookups. (One 8-byte lookup of both: 3.6-way conflicts,
-    // 58% of the kernel's shared-load wavefronts; 0.157 -> 0.152 ms a Qwen3-8B layer at 1 row, H100.)
-    uint2 a, b;
-    a.x = ts_tab[v & 0xfffu];
-    b.x = ts_tab[(v >> 12) & 0xfffu];
-    a.y = (a.x >> 16) ? ts_tab[4096 + (v & 0xfffu)] : 0x3210u;            // 0x3210: keep the four bytes
-    b.y = (b.x >> 16) ? ts_tab[4096 + ((v >> 12) & 0xfffu)] : 0x3210u;
-    if (SLOW) held = ts_fetch8(pk, cursor);
-    const uint32_t elo = ts_prmt(ts_prmt(t0, t1, a.x), (uint32_t)held, a.y);
-    held >>= a.x >> 16;
-    const uint32_t ehi = ts_prmt(ts_prmt(t0, t1, b.x), (uint32_t)held, b.y);
-    held >>= b.x >> 16;
-    if (SLOW) cursor += ((a.x >> 16) + (b.x >> 16)) >> 3;
+    if (SLOW) held = fg_rot64(ts_fetch8(pk, cursor));
+    uint32_t elo, ehi;
+    const uint32_t consumed = ts_decode8(v, t0, t1, held, elo, ehi);
+    if (SLOW) cursor += consumed;
     const uint2 sm = smv[lane + 32 * i];
-    fg_fuse4(sm.x, elo, w[0], w[1]);
-    fg_fuse4(sm.y, ehi, w[2], w[3]);
+    fg_fuse4_rot(sm.x, elo, w[0], w[1]);
+    fg_fuse4_rot(sm.y, ehi, w[2], w[3]);
 }
 
 // One DF11 sub-step from its stage st: mul(i, w) for each pass i's weights (ts_decode_pass).
@@ -245,18 +211,18 @@ __device__ __forceinline__ void ts_df11_substep(const uint8_t* st, uint32_t t0, 
         const uint32_t q = local >> 2, sh = 8 * (local & 3);
         const uint32_t e0 = ew[q], e1 = ew[q + 1], e2 = ew[q + 2];
         const unsigned long long held =
-            ((unsigned long long)__funnelshift_r(e1, e2, sh) << 32) | __funnelshift_r(e0, e1, sh);
+            fg_rot64(((unsigned long long)__funnelshift_r(e1, e2, sh) << 32) | __funnelshift_r(e0, e1, sh));
         ts_passes<false>(st, t0, t1, held, 0, pk, mul);
     } else {
         ts_passes<true>(st, t0, t1, 0, start, pk, mul);
     }
 }
 
-// The exponent table of row group G of a stacked matrix (warp-uniform).
+// The exponent table of row group G of a stacked matrix (warp-uniform), its bytes rotated (fg_rot).
 __device__ __forceinline__ void ts_table_of(const TsTables& tabs, int G, uint32_t& t0, uint32_t& t1) {
     const bool in_a = G < tabs.g1, in_b = G < tabs.g2;
-    t0 = in_a ? tabs.t0a : in_b ? tabs.t0b : tabs.t0c;
-    t1 = in_a ? tabs.t1a : in_b ? tabs.t1b : tabs.t1c;
+    t0 = fg_rot(in_a ? tabs.t0a : in_b ? tabs.t0b : tabs.t0c);
+    t1 = fg_rot(in_a ? tabs.t1a : in_b ? tabs.t1b : tabs.t1c);
 }
 
 // The escape table's copy into ts_tab by the CTA's `threads` threads (the caller commits it).

@@ -113,7 +113,7 @@ __device__ __forceinline__ WgEsc wg_lane_escapes(const uint8_t* st) {
     const uint32_t q = min(local, (uint32_t)TS_ESC_WIN) >> 2, sh = 8 * (local & 3);
     const uint32_t* ew = reinterpret_cast<const uint32_t*>(st + TS_WIN);
     const uint32_t e0 = ew[q], e1 = ew[q + 1], e2 = ew[q + 2];
-    e.held = ((unsigned long long)__funnelshift_r(e1, e2, sh) << 32) | __funnelshift_r(e0, e1, sh);
+    e.held = fg_rot64(((unsigned long long)__funnelshift_r(e1, e2, sh) << 32) | __funnelshift_r(e0, e1, sh));
     return e;
 }
 

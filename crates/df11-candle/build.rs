@@ -49,6 +49,7 @@ fn main() {
         }
     });
     for header in [
+        "df11_escape_table.cuh",
         "df11_packed.cuh",
         "df11_tc.cuh",
         "df11_tc_stream.cuh",

@@ -141,6 +141,53 @@ pub(crate) fn smem_per_block_optin(dev: &CudaDevice) -> candle_core::Result<usiz
         .w()? as usize)
 }
 
+/// How many CTAs of `THREADS` threads with `smem` bytes of dynamic shared memory of kernel `name`
+/// of `module` an SM of `dev` holds at once (the driver's occupancy: registers, shared memory and
+/// the kernel's launch bounds), at least 1; cached per context, kernel and `smem`. For layouts
+/// whose grid is "CTAs per SM x SMs": a grid larger than the SMs hold runs in waves.
+pub(crate) fn resident_ctas(
+    dev: &CudaDevice,
+    module: &Module,
+    name: &'static str,
+    smem: usize,
+) -> candle_core::Result<u32> {
+    type Key = (usize, &'static str, &'static str, usize);
+    static CACHE: std::sync::Mutex<Option<std::collections::HashMap<Key, u32>>> =
+        std::sync::Mutex::new(None);
+    let key = (
+        dev.cuda_stream().context().cu_ctx() as usize,
+        module.name(),
+        name,
+        smem,
+    );
+    if let Some(&n) = CACHE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(Default::default)
+        .get(&key)
+    {
+        return Ok(n);
+    }
+    let func = module.func(dev, name)?;
+    if smem > 48 * 1024 {
+        func.set_attribute(
+            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            smem as i32,
+        )
+        .w()?;
+    }
+    let n = func
+        .occupancy_max_active_blocks_per_multiprocessor(THREADS, smem, None)
+        .w()?
+        .max(1);
+    CACHE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(Default::default)
+        .insert(key, n);
+    Ok(n)
+}
+
 /// [`launch_config_with`] for kernel `name` of `module`.
 pub(crate) fn launch_config_in(
     dev: &CudaDevice,

@@ -56,6 +56,11 @@ impl Module {
         }
     }
 
+    /// The module's name (its kernels file, or the name an override was given).
+    pub(crate) const fn name(&self) -> &'static str {
+        self.name
+    }
+
     /// A module from PTX text.
     pub(crate) const fn ptx(name: &'static str, text: &'static str) -> Self {
         Self {

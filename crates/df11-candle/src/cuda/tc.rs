@@ -24,6 +24,7 @@ use crate::cuda::{tc_panel, tc_wg};
 
 mod stream;
 pub use stream::set_tc_stream;
+pub(crate) use stream::STREAM_TABLE_BYTES;
 use stream::{stream_config, stream_module, STREAM};
 
 const MODULE: Module = fatbin_module!("df11_tc");
@@ -54,14 +55,19 @@ impl TcTiling {
             _ => 4,
         };
         // Two sub-steps per item measured fastest at every batch for `df11_tc.cu` (1 to 512
-        // rows, docs/PERFORMANCE.md, session 10: 32-64 rows 35% faster than 8); four for the
-        // streaming kernels at 3 to 16 rows (session 12, tc_probe: DF11 0.183 -> 0.171 ms a
-        // Qwen3-8B layer at 8 rows, 0.238 -> 0.231 at 16; the twin unchanged at 8 with the L2
-        // hint, 0.234 -> 0.227 at 16);
+        // rows, docs/PERFORMANCE.md, session 10: 32-64 rows 35% faster than 8); eight (a whole
+        // chunk an item) for the streaming kernels at 1 to 16 rows (session 22, H200, tc_probe
+        // layer, DF11 ms a Qwen3-8B layer, 8 against 2 or 4 sub-steps: 0.114 / 0.122 at 1 row,
+        // 0.135 / 0.145 at 8, 0.186 / 0.193 at 16; the twin 0.111 / 0.111, 0.122 / 0.122,
+        // 0.153 / 0.181; sessions 12-21 took 2 at 1-2 rows and 4 at 3-16);
         // more where a row group's partial sums would pass the budget (very wide rows). Depends
         // on (cols, nb) and the settings only, never on the weight format.
         let chunks = cols.div_ceil(2048);
-        let first = if streams_wide_items(cols, nb) { 4 } else { 2 };
+        let first = if streams_whole_chunk_items(cols, nb) {
+            8
+        } else {
+            2
+        };
         let steps = steps_override().unwrap_or_else(|| {
             [2, 4, 8]
                 .into_iter()
@@ -118,12 +124,13 @@ impl TcTiling {
     }
 }
 
-/// Whether a product over `cols` columns with `nb` rows of input takes four sub-steps per item:
-/// 3 to 16 rows on widths whose members are tiled in whole chunks (the products the streaming
-/// kernels take, in DF11 and BF16 alike). Not whether streaming is on: `DF11_TC_STREAM` changes
-/// speed, never a bit, so `df11_tc.cu` sums such products in four sub-steps too.
-fn streams_wide_items(cols: usize, nb: usize) -> bool {
-    (3..=16).contains(&nb) && crate::cuda::tile_order::tiles_whole_chunks(cols)
+/// Whether a product over `cols` columns with `nb` rows of input takes eight sub-steps per item
+/// (a whole chunk): 1 to 16 rows on widths whose members are tiled in whole chunks (the products
+/// the streaming kernels take, in DF11 and BF16 alike). Not whether streaming is on:
+/// `DF11_TC_STREAM` changes speed, never a bit, so `df11_tc.cu` sums such products in eight
+/// sub-steps too.
+fn streams_whole_chunk_items(cols: usize, nb: usize) -> bool {
+    (1..=16).contains(&nb) && crate::cuda::tile_order::tiles_whole_chunks(cols)
 }
 
 /// `DF11_TC_STEPS` (1, 2, 4 or 8): sub-steps per item, for measurements. It changes the summation
@@ -470,9 +477,13 @@ mod tests {
                 assert!(t.partial_bytes(nb) <= MAX_PARTIAL_BYTES.max(t.items_per_group * nb * 32));
                 assert!(t.tiles(rows) * t.tile_groups * 8 >= rows);
                 assert_eq!(8 % t.steps, 0);
-                // Two sub-steps per item wherever the partial sums fit (four for the streaming
-                // kernels' 3 to 16 rows on tiled widths).
-                let first = if streams_wide_items(cols, nb) { 4 } else { 2 };
+                // Two sub-steps per item wherever the partial sums fit (eight for the streaming
+                // kernels' 1 to 16 rows on tiled widths).
+                let first = if streams_whole_chunk_items(cols, nb) {
+                    8
+                } else {
+                    2
+                };
                 if cols.div_ceil(2048) * (8 / first) * nb * 32 <= MAX_PARTIAL_BYTES {
                     assert_eq!(t.steps, first, "[{rows}, {cols}] x {nb}");
                 }

@@ -28,8 +28,8 @@ pub(crate) const MAX_GROUPS: usize = 1 << 16;
 /// (kernels/df11_tc_stream.cuh), 8 warps.
 const DF11_RING_BYTES: usize = 8 * 2 * 3120;
 const TWIN_RING_BYTES: usize = 8 * 2 * 4096;
-/// The DF11 kernels' static escape table.
-const TABLE_BYTES: usize = 8 * 4096;
+/// The DF11 kernels' static escape table (the streaming kernels' `ts_tab`).
+const TABLE_BYTES: usize = crate::cuda::tc::STREAM_TABLE_BYTES;
 
 /// `DF11_TC_PANEL` (`off`, the default, or `on`): whether the panel kernels take the products
 /// they can (tiled DF11 members in whole chunks, stacked or not, and every twin product). Off by

@@ -43,8 +43,8 @@ fn module() -> candle_core::Result<Module> {
 /// `TS_TWIN_STAGE` bytes (kernels/df11_tc_stream.cuh), four warps a warpgroup.
 const DF11_RING_BYTES: usize = 4 * 4 * 3120;
 const TWIN_RING_BYTES: usize = 4 * 4 * 4096;
-/// The DF11 kernels' static escape table.
-const TABLE_BYTES: usize = 8 * 4096;
+/// The DF11 kernels' static escape table (the streaming kernels' `ts_tab`).
+const TABLE_BYTES: usize = crate::cuda::tc::STREAM_TABLE_BYTES;
 /// `WG_HEAD` bytes of barriers, flags and counters before the x slots.
 const HEAD_BYTES: usize = 512;
 

@@ -8,14 +8,14 @@ use std::sync::OnceLock;
 use candle_core::cuda_backend::CudaDevice;
 
 use super::TcTiling;
-use crate::cuda::launch::{launch_config_in, smem_per_block_optin};
+use crate::cuda::launch::{launch_config_in, resident_ctas, smem_per_block_optin};
 use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::setting::Setting;
 
 const STREAM_MODULE: Module = fatbin_module!("df11_tc_stream");
-/// The streaming DF11 kernel's escape table (kernels/df11_tc_stream.cu: two arrays of 4096
-/// words, static shared memory).
-const STREAM_TABLE_BYTES: usize = 8 * 4096;
+/// The streaming DF11 kernel's escape table (kernels/df11_tc_stream.cuh `TS_TABLE_BYTES`: 4096
+/// + 16 words, static shared memory).
+pub(crate) const STREAM_TABLE_BYTES: usize = 4 * (4096 + 16);
 /// A stage of the streaming kernels: `TS_STAGE` bytes (DF11) or `TS_TWIN_STAGE` (twin); each of
 /// the 8 warps of a CTA has `TS_DEPTH` (2) of them (kernels/df11_tc_stream.cu).
 const STREAM_STAGE_BYTES: usize = 3120;
@@ -86,8 +86,10 @@ impl TcTiling {
     }
 
     /// The layout of a streaming launch on a device whose CTAs may take `optin` bytes of shared
-    /// memory: 2 CTAs per SM where they fit (else 1) with as many slots of partial sums as fit
-    /// (4, 2 or 1: measured 4 fastest, docs/PERFORMANCE.md); `None` above 32 rows of input
+    /// memory: 2 CTAs per SM where they fit, else 1 (the launch takes fewer where the kernel's
+    /// registers hold fewer, [`stream_config`]; 3 measured slower, docs/PERFORMANCE.md
+    /// session 22) with as many slots of
+    /// partial sums as fit (4, 2 or 1: measured 4 fastest, docs/PERFORMANCE.md); `None` above 32 rows of input
     /// (four m-tiles: measured slower than `df11_tc.cu`, 0.749 against 0.548 ms a Qwen3-8B layer
     /// at 64 rows) and where one CTA with one slot does not fit.
     pub(super) fn stream_plan(&self, nb: usize, twin: bool, optin: usize) -> Option<StreamPlan> {
@@ -162,14 +164,13 @@ pub(super) fn stream_config(
     };
     let name = tiling.stream_kernel(nb, twin);
     let (module, _) = stream_module()?;
-    let cfg = launch_config_in(
-        dev,
-        &module,
-        name,
-        plan.smem,
-        tiling.tiles(rows),
-        plan.per_sm,
-    )?;
+    // The grid is CTAs per SM x SMs: no more CTAs per SM than the kernel keeps resident (its
+    // launch bounds, or a measurement build's: kernels/df11_tc_stream.cu `TS_LOW_CTAS`).
+    let per_sm = plan
+        .per_sm
+        .min(resident_ctas(dev, &module, name, plan.smem)?);
+    let plan = StreamPlan { per_sm, ..plan };
+    let cfg = launch_config_in(dev, &module, name, plan.smem, tiling.tiles(rows), per_sm)?;
     Ok(Some((cfg, name, plan)))
 }
 
