@@ -2,9 +2,22 @@
 # The GPU suite, step 2: runs on the GPU machine from the repository root (see scripts/gpu-suite.sh).
 set -uo pipefail
 SUITE=.gpu/suite
-LOG=${OUT:-/tmp/df11-suite}
+# Logs are written here and packed into one file, $OUT/suite-logs.tgz, at the end or when the
+# script is stopped (`timeout 580 bash .gpu/suite/run.sh`: the device tool brings back only a
+# few files of $OUT, and nothing of a command it kills itself). Each summary line is printed as
+# it is reached (and kept in summary.txt), so a stopped run still shows how far it got.
+LOG=/tmp/df11-suite-logs
 BIN=/tmp/df11-suite-bin
-mkdir -p "$LOG" "$BIN"
+rm -rf "$LOG" && mkdir -p "$LOG" "$BIN"
+pack_logs() { [ -n "${OUT:-}" ] && tar czf "$OUT/suite-logs.tgz" -C "$LOG" . 2> /dev/null; }
+trap 'pack_logs; exit 124' TERM INT
+# SUITE_PARTS: which parts run (default all): tests (every test binary, and with two GPUs the
+# 8B-shaped split check), sanitize (compute-sanitizer's standard set; SANITIZE=all adds the rest),
+# variants (the settings other than the defaults), bench (gpu_bench). The whole suite takes more
+# than one 10-minute device command on the H200: e.g. SUITE_PARTS="tests sanitize", then
+# SUITE_PARTS="variants bench" on the same machine (the binaries stay unpacked).
+PARTS=" ${SUITE_PARTS:-tests sanitize variants bench} "
+part() { [[ $PARTS == *" $1 "* ]]; }
 # Unpacked once per machine and pack (a later call on the same warm machine skips it).
 sum=$(cksum < "$SUITE/bins.tar.xz")
 if [ "$(cat "$BIN/.pack" 2>/dev/null)" != "$sum" ]; then
@@ -16,16 +29,20 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 
 summary=()
 fail=0
+note() {  # a summary line: kept, printed now and written to summary.txt
+  summary+=("$1")
+  echo "$1" | tee -a "$LOG/summary.txt"
+}
 # The multi-GPU part: each model's `split_layers_equal_one_device` splits over GPUs 0 and 1 when
 # the machine has two (peer copies, a graph per segment), else over two devices on GPU 0.
 gpus=$(grep -c . "$LOG/device.txt")
 if [ "$gpus" -ge 2 ]; then
-  summary+=("NOTE multi-GPU: $gpus GPUs, the split tests run over GPUs 0 and 1")
+  note "NOTE multi-GPU: $gpus GPUs, the split tests run over GPUs 0 and 1"
 else
-  summary+=("NOTE multi-GPU: 1 GPU, the split tests run over two devices on GPU 0 (no peer copies)")
+  note "NOTE multi-GPU: 1 GPU, the split tests run over two devices on GPU 0 (no peer copies)"
 fi
 # SANITIZE=all ONLY_SANITIZE=1: the sanitizers only (no plain test run, no bench).
-[ -n "${ONLY_SANITIZE:-}" ] && : > /tmp/df11-no-tests || rm -f /tmp/df11-no-tests
+if [ -n "${ONLY_SANITIZE:-}" ] || ! part tests; then : > /tmp/df11-no-tests; else rm -f /tmp/df11-no-tests; fi
 while read -r name crate; do
   [ -f /tmp/df11-no-tests ] && break
   [ -n "$name" ] || continue
@@ -37,10 +54,10 @@ while read -r name crate; do
   [ "$short" = serve ] && skip=(--skip the_openai_client)
   if (cd "$crate" && CARGO_MANIFEST_DIR=$PWD DF11_BIN_DIR=$BIN "$BIN/$name" --test-threads=1 "${skip[@]}") > "$tlog" 2>&1; then
     res=$(grep -E "^test result" "$tlog" | tail -1)
-    summary+=("PASS $short: $res")
+    note "PASS $short: $res"
   else
     fail=1
-    summary+=("FAIL $short: $(grep -E "^test result|panicked" "$tlog" | head -3 | tr '\n' ' ')")
+    note "FAIL $short: $(grep -E "^test result|panicked" "$tlog" | head -3 | tr '\n' ' ')"
   fi
   { echo "===== $short"; cat "$tlog"; } >> "$LOG/tests.log"
   rm -f "$tlog"
@@ -50,14 +67,14 @@ done < "$SUITE/tests.txt"
 # model's split left one GPU's tokens (a cross-device ordering bug, session 8), so the suite
 # also runs split.sh (scripts/gpu-split-check.sh: 32 steps, graph and no graph, against GPU 0
 # alone; ~1.5 minutes with the model's folder made). SUITE_NO_SPLIT_CHECK=1 skips it.
-if [ "$gpus" -ge 2 ] && [ -z "${SUITE_NO_SPLIT_CHECK:-}${ONLY_SANITIZE:-}" ]; then
+if [ "$gpus" -ge 2 ] && [ -z "${SUITE_NO_SPLIT_CHECK:-}${ONLY_SANITIZE:-}" ] && part tests; then
   SPLIT_SETTINGS="X=1" bash "$SUITE/split.sh" > "$LOG/split_check.log" 2>&1
   lines=$(grep -c "first difference" "$LOG/split_check.log")
   if [ "$lines" -gt 0 ] && [ "$(grep -c "first difference: none$" "$LOG/split_check.log")" = "$lines" ]; then
-    summary+=("PASS split check (8B-shaped, GPUs 0 and 1): tokens == GPU 0's over $lines runs")
+    note "PASS split check (8B-shaped, GPUs 0 and 1): tokens == GPU 0's over $lines runs"
   else
     fail=1
-    summary+=("FAIL split check: $(grep "first difference" "$LOG/split_check.log" | tr -s ' ' | tr '\n' ';')")
+    note "FAIL split check: $(grep "first difference" "$LOG/split_check.log" | tr -s ' ' | tr '\n' ';')"
   fi
 fi
 
@@ -69,7 +86,7 @@ sanitize() {  # <tool> <binary prefix>[@<crate folder>] [test filter]
   local bin crate name=${2%@*} dir=
   [[ $2 == *@* ]] && dir=${2#*@}
   read -r bin crate < <(awk -v p="^$name-" -v d="$dir" '$1 ~ p && (d == "" || $2 == d) {print $1, $2; exit}' "$SUITE/tests.txt")
-  [ -n "$bin" ] || { summary+=("FAIL $1 $2: binary not found"); fail=1; return; }
+  [ -n "$bin" ] || { note "FAIL $1 $2: binary not found"; fail=1; return; }
   local filter=${3:-}
   local log="$LOG/$1_$name${dir:+_${dir##*/}}${filter:+_${filter// /_}}.log"
   # SANITIZE_TIMEOUT=S stops one tool's run after S seconds (reported as a failure);
@@ -78,10 +95,10 @@ sanitize() {  # <tool> <binary prefix>[@<crate folder>] [test filter]
   # shellcheck disable=SC2086
   if (cd "$crate" && CARGO_MANIFEST_DIR=$PWD env ${SANITIZE_ENV:-} timeout "${SANITIZE_TIMEOUT:-0}" compute-sanitizer \
       --tool "$1" --error-exitcode 9 "$BIN/$bin" --test-threads=1 ${3:-}) > "$log" 2>&1; then
-    summary+=("PASS $1 $2 ${3:-}: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)")
+    note "PASS $1 $2 ${3:-}: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)"
   else
     fail=1
-    summary+=("FAIL $1 $2: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|panicked" "$log" | head -2 | tr '\n' ' ')")
+    note "FAIL $1 $2: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|panicked" "$log" | head -2 | tr '\n' ' ')"
   fi
 }
 if command -v compute-sanitizer > /dev/null; then
@@ -89,7 +106,7 @@ if command -v compute-sanitizer > /dev/null; then
   # the kernel tests; the split over devices (peer copies, a graph per segment) and offloaded
   # layers (copies on the copy stream, staged and released around each layer) of one model; the
   # packed form built on the GPU (kernels/df11_pack.cu) compared with the CPU build.
-  if [ -z "${ONLY_SANITIZE:-}" ]; then
+  if [ -z "${ONLY_SANITIZE:-}" ] && part sanitize; then
     sanitize memcheck modules_exact units_decode
     sanitize memcheck device_stress
     sanitize memcheck device_damaged
@@ -137,7 +154,7 @@ if command -v compute-sanitizer > /dev/null; then
   fi
 else
   fail=1
-  summary+=("FAIL memcheck: compute-sanitizer not found")
+  note "FAIL memcheck: compute-sanitizer not found"
 fi
 
 # Variants of the defaults, each over a few test binaries: <label> <VAR=value> <binary
@@ -146,18 +163,18 @@ variant_run() {
   local label=$1 setting=$2 bin crate name=${3%@*} dir=
   [[ $3 == *@* ]] && dir=${3#*@}
   read -r bin crate < <(awk -v p="^$name-" -v d="$dir" '$1 ~ p && (d == "" || $2 == d) {print $1, $2; exit}' "$SUITE/tests.txt")
-  [ -n "$bin" ] || { summary+=("FAIL $label $3: binary not found"); fail=1; return; }
+  [ -n "$bin" ] || { note "FAIL $label $3: binary not found"; fail=1; return; }
   local log="$LOG/${label}_${name}${dir:+_${dir##*/}}.log"
   # shellcheck disable=SC2086
   if (cd "$crate" && env "$setting" CARGO_MANIFEST_DIR=$PWD DF11_BIN_DIR=$BIN "$BIN/$bin" \
       --test-threads=1 ${4:-}) > "$log" 2>&1; then
-    summary+=("PASS $label $3 ${4:-}: $(grep -E "^test result" "$log" | tail -1)")
+    note "PASS $label $3 ${4:-}: $(grep -E "^test result" "$log" | tail -1)"
   else
     fail=1
-    summary+=("FAIL $label $3: $(grep -E "^test result|panicked" "$log" | head -3 | tr '\n' ' ')")
+    note "FAIL $label $3: $(grep -E "^test result|panicked" "$log" | head -3 | tr '\n' ' ')"
   fi
 }
-if [ -z "${ONLY_SANITIZE:-}" ]; then
+if [ -z "${ONLY_SANITIZE:-}" ] && part variants; then
   # Loads with the packed form built on the CPU (the GPU build is the default): the device
   # modules and a model's DF11 == BF16 tests through that load path too.
   variant_run cpu-pack DF11_GPU_PACK=0 modules_exact
@@ -204,18 +221,17 @@ if [ -z "${ONLY_SANITIZE:-}" ]; then
   variant_run no-stack DF11_STACK=off model@models/qwen3-df11 "df11_logits_equal_bf16 decode_paths_agree split_layers"
 fi
 
-if [ -n "${ONLY_SANITIZE:-}" ]; then
-  printf '%s\n' "${summary[@]}" | tee "$LOG/summary.txt"
-  exit $fail
-fi
-if "$BIN/gpu_bench" --json "$LOG/gpu_bench.json" > "$LOG/gpu_bench.txt" 2>&1; then
-  summary+=("PASS gpu_bench (table below)")
-else
-  fail=1
-  summary+=("FAIL gpu_bench: $(tail -3 "$LOG/gpu_bench.txt" | tr '\n' ' ')")
+if [ -z "${ONLY_SANITIZE:-}" ] && part bench; then
+  if "$BIN/gpu_bench" --json "$LOG/gpu_bench.json" > "$LOG/gpu_bench.txt" 2>&1; then
+    note "PASS gpu_bench (table below)"
+  else
+    fail=1
+    note "FAIL gpu_bench: $(tail -3 "$LOG/gpu_bench.txt" | tr '\n' ' ')"
+  fi
 fi
 
-echo "================ GPU suite summary ================"
-cat "$LOG/gpu_bench.txt"
-printf '%s\n' "${summary[@]}" | tee "$LOG/summary.txt"
+echo "================ GPU suite summary ($PARTS) ================"
+[ -f "$LOG/gpu_bench.txt" ] && cat "$LOG/gpu_bench.txt"
+printf '%s\n' "${summary[@]}"
+pack_logs
 exit $fail

@@ -4,7 +4,7 @@
 # Step 2 (on the GPU machine, through the device tool with carry [".gpu"]):
 #     bash .gpu/suite/run.sh
 # which runs every test binary on the GPU, compute-sanitizer memcheck over the decode tests, and
-# the GPU bench, writes full logs under $OUT (or /tmp/df11-suite) and prints a summary last.
+# the GPU bench, packs its logs into $OUT/suite-logs.tgz and prints a summary (SUITE_PARTS: run.sh's header).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PREFIX=${CUDA_PREFIX:-/opt/cuda-13.0}
