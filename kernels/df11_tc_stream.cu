@@ -125,7 +125,6 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
 
     // Per lane: where its 16-byte pieces go in a stage and come from.
     uint8_t* ring_lane = ring + 16 * lane;
-    // Starts the copies of position p into stage `slot` (none past the sequence) and commits them as one group.
 #if TS_BULK_ON
     // TS_BULK: the warp's stage barriers (lane 0 arrives with the copies' bytes; the copies complete them).
     __shared__ __align__(8) uint64_t ts_bars[TC_WARPS][TS_DEPTH];
@@ -136,6 +135,8 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
     __syncwarp();
     uint32_t consumed = 0;   // DF11 stages consumed: the next is slot consumed % TS_DEPTH, parity its use's
 #endif
+    // Starts the copies of position p into stage `slot` (none past the sequence) and commits them as one group
+    // (TS_BULK: lane 0 starts a DF11 stage's bulk copies on its barrier).
     auto issue = [&](const TsPos& p, int slot) {
         uint32_t esc_lo = 0, esc_hi = 0;
         if (!TWIN) ts_ranges_next(ranges, batch, esc_lo, esc_hi);

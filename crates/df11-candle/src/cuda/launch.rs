@@ -7,7 +7,7 @@
 use candle_core::cuda_backend::cudarc::driver::sys::{
     CUdevice_attribute, CUfunction_attribute_enum,
 };
-use candle_core::cuda_backend::cudarc::driver::LaunchConfig;
+use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CpuStorage, CudaStorage, DType, Layout, Shape, Tensor};
 use half::bf16;
@@ -154,21 +154,26 @@ pub(crate) fn resident_ctas(
     type Key = (usize, &'static str, &'static str, usize);
     static CACHE: std::sync::Mutex<Option<std::collections::HashMap<Key, u32>>> =
         std::sync::Mutex::new(None);
-    let key = (
-        dev.cuda_stream().context().cu_ctx() as usize,
-        module.name(),
-        name,
-        smem,
-    );
-    if let Some(&n) = CACHE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(Default::default)
-        .get(&key)
-    {
+    let ctx = dev.cuda_stream().context().cu_ctx() as usize;
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = cache.get_or_insert_with(Default::default);
+    if let Some(&n) = cache.get(&(ctx, module.name(), name, smem)) {
         return Ok(n);
     }
     let func = module.func(dev, name)?;
+    allow_dynamic_smem(&func, smem)?;
+    let n = func
+        .occupancy_max_active_blocks_per_multiprocessor(THREADS, smem, None)
+        .w()?
+        .max(1);
+    cache.insert((ctx, module.name(), name, smem), n);
+    Ok(n)
+}
+
+/// Lets `func` take `smem` bytes of dynamic shared memory where that is above the 48 KB a kernel
+/// gets unasked. Set whenever needed: the attribute belongs to the function handle, and each
+/// context loads its own copy of the module. The call is cheap.
+fn allow_dynamic_smem(func: &CudaFunction, smem: usize) -> candle_core::Result<()> {
     if smem > 48 * 1024 {
         func.set_attribute(
             CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -176,16 +181,7 @@ pub(crate) fn resident_ctas(
         )
         .w()?;
     }
-    let n = func
-        .occupancy_max_active_blocks_per_multiprocessor(THREADS, smem, None)
-        .w()?
-        .max(1);
-    CACHE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(Default::default)
-        .insert(key, n);
-    Ok(n)
+    Ok(())
 }
 
 /// [`launch_config_with`] for kernel `name` of `module`.
@@ -207,14 +203,7 @@ pub(crate) fn launch_config_in(
         );
     }
     if smem > 48 * 1024 {
-        // Set on every such launch: the attribute belongs to the function handle, and each
-        // context loads its own copy of the module. The call is cheap.
-        let func = module.func(dev, name)?;
-        func.set_attribute(
-            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            smem as i32,
-        )
-        .w()?;
+        allow_dynamic_smem(&*module.func(dev, name)?, smem)?;
     }
     let sms = ctx
         .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)

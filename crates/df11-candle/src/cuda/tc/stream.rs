@@ -13,8 +13,8 @@ use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::setting::Setting;
 
 const STREAM_MODULE: Module = fatbin_module!("df11_tc_stream");
-/// The streaming DF11 kernel's escape table (kernels/df11_tc_stream.cuh `TS_TABLE_BYTES`: 4096
-/// + 16 words, static shared memory).
+/// The streaming DF11 kernel's escape table (`TS_TABLE_BYTES` of kernels/df11_escape_table.cuh:
+/// 4096 + 16 words, static shared memory).
 pub(crate) const STREAM_TABLE_BYTES: usize = 4 * (4096 + 16);
 /// A stage of the streaming kernels: `TS_STAGE` bytes (DF11) or `TS_TWIN_STAGE` (twin); each of
 /// the 8 warps of a CTA has `TS_DEPTH` (2) of them (kernels/df11_tc_stream.cu).
@@ -87,10 +87,9 @@ impl TcTiling {
 
     /// The layout of a streaming launch on a device whose CTAs may take `optin` bytes of shared
     /// memory: 2 CTAs per SM where they fit, else 1 (the launch takes fewer where the kernel's
-    /// registers hold fewer, [`stream_config`]; 3 measured slower, docs/PERFORMANCE.md
-    /// session 22) with as many slots of
-    /// partial sums as fit (4, 2 or 1: measured 4 fastest, docs/PERFORMANCE.md); `None` above 32 rows of input
-    /// (four m-tiles: measured slower than `df11_tc.cu`, 0.749 against 0.548 ms a Qwen3-8B layer
+    /// registers hold fewer, [`stream_config`]; 3 measured slower, docs/PERFORMANCE.md session
+    /// 22) with as many slots of partial sums as fit (4, 2 or 1: measured 4 fastest,
+    /// docs/PERFORMANCE.md); `None` above 32 rows of input (four m-tiles: measured slower than `df11_tc.cu`, 0.749 against 0.548 ms a Qwen3-8B layer
     /// at 64 rows) and where one CTA with one slot does not fit.
     pub(super) fn stream_plan(&self, nb: usize, twin: bool, optin: usize) -> Option<StreamPlan> {
         if self.m_tiles > 2 {
