@@ -125,30 +125,20 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
 
     // Per lane: where its 16-byte pieces go in a stage and come from.
     uint8_t* ring_lane = ring + 16 * lane;
-#if TS_BULK_ON
-    // TS_BULK: the warp's stage barriers (lane 0 arrives with the copies' bytes; the copies complete them).
-    __shared__ __align__(8) uint64_t ts_bars[TC_WARPS][TS_DEPTH];
-    if (!TWIN && lane == 0) {
-        for (int d = 0; d < TS_DEPTH; ++d) ts_bar_init(&ts_bars[warp][d]);
-        ts_bar_init_fence();
-    }
-    __syncwarp();
-    uint32_t consumed = 0;   // DF11 stages consumed: the next is slot consumed % TS_DEPTH, parity its use's
+#ifdef TS_NO_DRAM
+    int copies = 0;
 #endif
-    // Starts the copies of position p into stage `slot` (none past the sequence) and commits them as one group
-    // (TS_BULK: lane 0 starts a DF11 stage's bulk copies on its barrier).
+    // Starts the copies of position p into stage `slot` (none past the sequence) and commits them as one group.
     auto issue = [&](const TsPos& p, int slot) {
         uint32_t esc_lo = 0, esc_hi = 0;
         if (!TWIN) ts_ranges_next(ranges, batch, esc_lo, esc_hi);
-#if TS_BULK_ON
-        if (!TWIN) {
-            if (lane == 0)
-                ts_stage_df11_bulk(ring + slot * stage_bytes, &ts_bars[warp][slot], pk, sign_mantissa, p.chunk,
-                                   esc_lo, esc_hi, p.live);
+        uint8_t* st = ring_lane + slot * stage_bytes;
+#ifdef TS_NO_DRAM   // diagnostic (wrong sums): a warp's first TS_DEPTH stages copied, then decoded again and again
+        if (p.live && ++copies > TS_DEPTH) {
+            ts_commit();
             return;
         }
 #endif
-        uint8_t* st = ring_lane + slot * stage_bytes;
         if (p.live) {
             if (TWIN) ts_stage_twin(st, wd + p.at, p.width, p.row_in);
             else ts_stage_df11(st, pk, sign_mantissa, p.chunk, esc_lo, esc_hi);
@@ -167,8 +157,7 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
         issue(ahead, d);
         advance(ahead);
     }
-    if (TS_BULK_ON && !TWIN) ts_wait_group_le<0>();              // the table's group (the stages: bulk copies)
-    else ts_wait_group_le<TS_DEPTH - 1>();                      // the table's group
+    ts_wait_group_le<TS_DEPTH - 1>();                           // the table's group
     // PDL (llm_common.cuh; the host launches these kernels with the attribute on sm_90+,
     // crates/df11-candle/src/cuda/pdl.rs): everything above reads only the weights (the DF11 kernels' packed buffers,
     // written at load); x is read and y and the partial sums written only after the kernel before this one has
@@ -229,16 +218,7 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
                 }
                 issue(ahead, slot == 0 ? TS_DEPTH - 1 : slot - 1);
                 advance(ahead);
-#if TS_BULK_ON
-                if (!TWIN) {
-                    ts_bar_wait(&ts_bars[warp][consumed % TS_DEPTH], (consumed / TS_DEPTH) & 1u);
-                    ++consumed;
-                } else {
-                    ts_wait_group_le<TS_DEPTH - 1>();
-                }
-#else
                 ts_wait_group_le<TS_DEPTH - 1>();               // the oldest stage has landed
-#endif
                 __syncwarp();                                   // the stage's bytes, copied by every lane, are here
                 const uint8_t* st = ring + slot * stage_bytes;
                 slot = slot + 1 == TS_DEPTH ? 0 : slot + 1;

@@ -218,58 +218,6 @@ __device__ __forceinline__ void ts_df11_substep(const uint8_t* st, uint32_t t0, 
     }
 }
 
-// TS_BULK (a measurement build, sm_90+; `-DTS_BULK`): a DF11 stage is brought by lane 0 with four bulk copies (the
-// sub-step's sign_mantissa, codes, lane starts and escape window are each contiguous) completing on the stage's
-// mbarrier, instead of ~9 16-byte cp.async a lane with their addresses; the lanes wait on the barrier's phase.
-#if defined(TS_BULK) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define TS_BULK_ON 1
-__device__ __forceinline__ uint32_t ts_saddr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void ts_bar_init(uint64_t* bar) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(ts_saddr(bar)) : "memory");
-}
-__device__ __forceinline__ void ts_bar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-__device__ __forceinline__ void ts_bar_expect(uint64_t* bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(ts_saddr(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void ts_bar_wait(uint64_t* bar, uint32_t parity) {
-    asm volatile(
-        "{\n.reg .pred done;\n"
-        "TS_WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra TS_WAIT_%=;\n}\n" ::"r"(ts_saddr(bar)),
-        "r"(parity)
-        : "memory");
-}
-__device__ __forceinline__ void ts_bulk(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     ts_saddr(dst)),
-                 "l"(src), "r"(bytes), "r"(ts_saddr(bar))
-                 : "memory");
-}
-// Lane 0: DF11 sub-step `chunk` into stage st (its base) on `bar`, or only an arrival where !live. The window is the
-// escapes' 16-byte pieces from win0 up to the chunk's last (in the buffer: the list is padded by 16 bytes).
-__device__ __forceinline__ void ts_stage_df11_bulk(uint8_t* st, uint64_t* bar, const FgPacked& pk,
-                                                   const uint8_t* sign_mantissa, uint32_t chunk, uint32_t esc_lo,
-                                                   uint32_t esc_hi, bool live) {
-    // The generic reads of the stage's last use are done (the caller's __syncwarp); order them before the copies.
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    if (!live) {
-        ts_bar_expect(bar, 0);
-        return;
-    }
-    const uint32_t win0 = esc_lo & ~15u;
-    const uint32_t pieces = min((uint32_t)(TS_ESC_WIN / 16), (max(esc_hi, win0) - win0 + 15) / 16);
-    *reinterpret_cast<uint4*>(st + TS_HEAD) = make_uint4(esc_lo, win0, esc_hi - esc_lo, 0u);
-    ts_bar_expect(bar, 2048 + 768 + 32 + 16 * pieces);
-    ts_bulk(st + TS_SM, sign_mantissa + ((size_t)chunk << 11), 2048, bar);
-    ts_bulk(st + TS_CODES, reinterpret_cast<const uint8_t*>(pk.codes) + (size_t)chunk * 768, 768, bar);
-    ts_bulk(st + TS_LANES, pk.lane_starts + 32 * (size_t)chunk, 32, bar);
-    if (pieces) ts_bulk(st + TS_WIN, pk.escapes + win0, 16 * pieces, bar);
-}
-#else
-#define TS_BULK_ON 0
-#endif
-
 // The exponent table of row group G of a stacked matrix (warp-uniform), its bytes rotated (fg_rot).
 __device__ __forceinline__ void ts_table_of(const TsTables& tabs, int G, uint32_t& t0, uint32_t& t1) {
     const bool in_a = G < tabs.g1, in_b = G < tabs.g2;

@@ -221,6 +221,10 @@ __device__ __forceinline__ void tc_wg(const FgPacked& pk, const TsTables& tabs, 
     advance(ahead);
     ts_wait_group_le<1>();                                      // the table's group (every thread's share of it)
     if (tid == 0) {
+        // A loop, not unrolled: unrolled (XD = 4), the compiler predicated the inits into every warp's uniform
+        // datapath, which compute-sanitizer racecheck then attributed to other threads at unrelated addresses
+        // (thousands of false write-after-write reports against the table's copy, df11_tc_wg_64 only; session 23).
+#pragma unroll 1
         for (int d = 0; d < XD; ++d) wg_bar_init(xfull + d, 1);
         wg_bar_init_fence();
     }
