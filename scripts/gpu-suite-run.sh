@@ -33,6 +33,17 @@ note() {  # a summary line: kept, printed now and written to summary.txt
   summary+=("$1")
   echo "$1" | tee -a "$LOG/summary.txt"
 }
+# Each test binary (plain and variant runs) runs under a timeout (SUITE_TEST_TIMEOUT seconds,
+# default 300: the longest takes ~20 s on an H200), so a hang is a FAIL line and the suite goes
+# on (session 23: a variant run stopped a whole device call); and with a seed of its own
+# (DF11_TEST_SEED, read by the tests' common::seed/seeded), printed on a failure to replay it.
+run_seed() { echo $(( (RANDOM << 15) | RANDOM )); }
+failure() {  # <exit status> <seed> <log>: why a run failed, for its summary line
+  local why
+  why=$(grep -E "^test result|panicked" "$3" | head -3 | tr '\n' ' ')
+  [ "$1" = 124 ] && why="timed out after ${SUITE_TEST_TIMEOUT:-300} s in: $(grep -E "^test .* \.\.\. *$" "$3" | tail -1) $why"
+  echo "$why (DF11_TEST_SEED=$2)"
+}
 # The multi-GPU part: each model's `split_layers_equal_one_device` splits over GPUs 0 and 1 when
 # the machine has two (peer copies, a graph per segment), else over two devices on GPU 0.
 gpus=$(grep -c . "$LOG/device.txt")
@@ -52,12 +63,16 @@ while read -r name crate; do
   # the GPU machine lacks: CI runs it; here the rest of that binary runs.
   skip=()
   [ "$short" = serve ] && skip=(--skip the_openai_client)
-  if (cd "$crate" && CARGO_MANIFEST_DIR=$PWD DF11_BIN_DIR=$BIN "$BIN/$name" --test-threads=1 "${skip[@]}") > "$tlog" 2>&1; then
+  seed=$(run_seed)
+  (cd "$crate" && CARGO_MANIFEST_DIR=$PWD DF11_BIN_DIR=$BIN DF11_TEST_SEED=$seed \
+    timeout "${SUITE_TEST_TIMEOUT:-300}" "$BIN/$name" --test-threads=1 "${skip[@]}") > "$tlog" 2>&1
+  rc=$?
+  if [ $rc = 0 ]; then
     res=$(grep -E "^test result" "$tlog" | tail -1)
     note "PASS $short: $res"
   else
     fail=1
-    note "FAIL $short: $(grep -E "^test result|panicked" "$tlog" | head -3 | tr '\n' ' ')"
+    note "FAIL $short: $(failure $rc "$seed" "$tlog")"
   fi
   { echo "===== $short"; cat "$tlog"; } >> "$LOG/tests.log"
   rm -f "$tlog"
@@ -165,13 +180,17 @@ variant_run() {
   read -r bin crate < <(awk -v p="^$name-" -v d="$dir" '$1 ~ p && (d == "" || $2 == d) {print $1, $2; exit}' "$SUITE/tests.txt")
   [ -n "$bin" ] || { note "FAIL $label $3: binary not found"; fail=1; return; }
   local log="$LOG/${label}_${name}${dir:+_${dir##*/}}.log"
+  local seed rc
+  seed=$(run_seed)
   # shellcheck disable=SC2086
-  if (cd "$crate" && env "$setting" CARGO_MANIFEST_DIR=$PWD DF11_BIN_DIR=$BIN "$BIN/$bin" \
-      --test-threads=1 ${4:-}) > "$log" 2>&1; then
+  (cd "$crate" && env "$setting" CARGO_MANIFEST_DIR=$PWD DF11_BIN_DIR=$BIN DF11_TEST_SEED=$seed \
+    timeout "${SUITE_TEST_TIMEOUT:-300}" "$BIN/$bin" --test-threads=1 ${4:-}) > "$log" 2>&1
+  rc=$?
+  if [ $rc = 0 ]; then
     note "PASS $label $3 ${4:-}: $(grep -E "^test result" "$log" | tail -1)"
   else
     fail=1
-    note "FAIL $label $3: $(grep -E "^test result|panicked" "$log" | head -3 | tr '\n' ' ')"
+    note "FAIL $label $3 ${4:-}: $(failure $rc "$seed" "$log")"
   fi
 }
 if [ -z "${ONLY_SANITIZE:-}" ] && part variants; then

@@ -63,7 +63,23 @@ pub const FUSED_LIMIT_ROWS: usize = 8;
 pub const TC_MIN_ROWS: usize = 3;
 
 /// Rows (tokens) up to which [`MatmulPath::Auto`] takes the tensor-core kernels (above, decode +
-/// cuBLAS is faster).
+/// cuBLAS for DF11 and cuBLAS for BF16).
+///
+/// The plan is one for both formats (a BF16 model takes the twin where DF11 takes the streaming
+/// kernel, so their bits agree), so the crossover weighs both. A Qwen3-8B layer as the decode step
+/// launches it, on an H200 (`tc_probe layer` / `tc_probe prefill`, eager launches, ms; session
+/// 23, docs/PERFORMANCE.md):
+///
+/// | rows | DF11 streaming | DF11 decode + cuBLAS | BF16 twin | BF16 cuBLAS |
+/// |------|---------------:|---------------------:|----------:|------------:|
+/// | 16   | 0.200          | 0.351                | 0.186     | 0.118       |
+/// | 24   | 0.267          | 0.351                | 0.242     | 0.119       |
+/// | 32   | 0.303          | 0.355                | 0.288     | 0.120       |
+/// | 48   | 0.458          | 0.353                | 0.405     | 0.123       |
+/// | 64   | 0.502          | 0.353                | 0.444     | 0.122       |
+///
+/// Up to 32 rows DF11 would gain 1.2-1.3x from the streaming kernel, but a BF16 model would lose
+/// 2-2.4x to its twin; 16 keeps BF16 on cuBLAS above 16 rows.
 pub const TC_MAX_ROWS: usize = 16;
 
 /// Most rows one tensor-core launch handles (four 16-row m-tiles).
