@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Replays one GPU test binary several times with a seed each (packed by scripts/gpu-suite.sh as
+# .gpu/suite/replay.sh; run from the repository root on the GPU machine, after run.sh or alone):
+# to tell a failure or hang that depends on a test's random draw from one that does not.
+#     bash .gpu/suite/replay.sh <binary prefix>[@<crate folder>] [RUNS] [VAR=value ...] [-- <test args>]
+# e.g. bash .gpu/suite/replay.sh modules_exact 4 DF11_TILE=all -- rows_decode_to_the_originals
+# Each run: DF11_TEST_SEED (a fresh one, or REPLAY_SEEDS="s1 s2 ..."), --test-threads=1
+# --nocapture, under `timeout ${REPLAY_TIMEOUT:-120}`; one line a run: the seed, PASS / FAIL /
+# TIMEOUT and the last test started. Logs in ${OUT:-/tmp/df11-replay}/replay_<n>.log.
+set -uo pipefail
+SUITE=.gpu/suite
+BIN=/tmp/df11-suite-bin
+LOG=${OUT:-/tmp/df11-replay}
+mkdir -p "$BIN" "$LOG"
+[ $# -ge 1 ] || { sed -n '2,9p' "$0"; exit 2; }
+target=$1
+shift
+runs=3
+if [[ ${1:-} =~ ^[0-9]+$ ]]; then runs=$1; shift; fi
+settings=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do settings+=("$1"); shift; done
+[ "${1:-}" = "--" ] && shift
+sum=$(cksum < "$SUITE/bins.tar.xz")
+if [ "$(cat "$BIN/.pack" 2>/dev/null)" != "$sum" ]; then
+  xz -T0 -dc "$SUITE/bins.tar.xz" | tar xf - -C "$BIN" && chmod +x "$BIN"/* && echo "$sum" > "$BIN/.pack"
+fi
+name=${target%@*} dir=
+[[ $target == *@* ]] && dir=${target#*@}
+read -r bin crate < <(awk -v p="^$name-" -v d="$dir" '$1 ~ p && (d == "" || $2 == d) {print $1, $2; exit}' "$SUITE/tests.txt")
+[ -n "${bin:-}" ] || { echo "no test binary $target in $SUITE/tests.txt"; exit 2; }
+read -r -a seeds <<< "${REPLAY_SEEDS:-}"
+for ((n = 0; n < runs || n < ${#seeds[@]}; n++)); do
+  seed=${seeds[$n]:-$(( (RANDOM << 15) | RANDOM ))}
+  log=$LOG/replay_$n.log
+  t0=$(date +%s)
+  (cd "$crate" && env "${settings[@]}" CARGO_MANIFEST_DIR=$PWD DF11_BIN_DIR=$BIN DF11_TEST_SEED=$seed \
+    timeout "${REPLAY_TIMEOUT:-120}" "$BIN/$bin" --test-threads=1 --nocapture "$@") > "$log" 2>&1
+  rc=$?
+  case $rc in 0) what=PASS ;; 124) what=TIMEOUT ;; *) what="FAIL (exit $rc)" ;; esac
+  echo "run $n: DF11_TEST_SEED=$seed ${settings[*]}: $what in $(( $(date +%s) - t0 )) s; last test started: $(grep -oE "^test [^ ]+ \.\.\." "$log" | tail -1)"
+done
