@@ -15,7 +15,7 @@
 // code 7 -> 0), bits 16-19 the mask of the escaped codes (code 7) among the four, bits 24-31 eight times their number.
 // Entry .y[mask]: the byte selector that keeps byte k of that word for a code below 7 and takes byte r of the held
 // escapes for the r-th escaped code (it depends on the mask alone: 16 words, where a .y per four codes took 16 KB
-// and a lane's lookups could conflict; the smaller table leaves room for a third CTA an SM). So
+// and a lane's lookups could conflict; a third CTA an SM, which the smaller table allows, measured slower). So
 //     exponents = prmt(prmt(t0, t1, .x), held, .y[(.x >> 16) & 15]);  held >>= .x >> 24;
 // decodes four codes with their escapes. It does not depend on the member: one table serves every launch. The
 // kernels keep t0, t1 and held with every byte rotated (fg_rot, df11_packed.cuh: a byte permute moves bytes whole, so

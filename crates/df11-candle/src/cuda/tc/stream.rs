@@ -89,8 +89,9 @@ impl TcTiling {
     /// memory: 2 CTAs per SM where they fit, else 1 (the launch takes fewer where the kernel's
     /// registers hold fewer, [`stream_config`]; 3 measured slower, docs/PERFORMANCE.md session
     /// 22) with as many slots of partial sums as fit (4, 2 or 1: measured 4 fastest,
-    /// docs/PERFORMANCE.md); `None` above 32 rows of input (four m-tiles: measured slower than `df11_tc.cu`, 0.749 against 0.548 ms a Qwen3-8B layer
-    /// at 64 rows) and where one CTA with one slot does not fit.
+    /// docs/PERFORMANCE.md); `None` above 32 rows of input (four m-tiles: measured slower than
+    /// `df11_tc.cu`, 0.749 against 0.548 ms a Qwen3-8B layer at 64 rows) and where one CTA with
+    /// one slot does not fit.
     pub(super) fn stream_plan(&self, nb: usize, twin: bool, optin: usize) -> Option<StreamPlan> {
         if self.m_tiles > 2 {
             return None;
