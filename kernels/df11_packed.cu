@@ -36,7 +36,10 @@ __device__ __forceinline__ void dp_range(const uint32_t* codes, const uint32_t* 
     const uint32_t lane = threadIdx.x & 31;
     const long long warps = (long long)nblocks * (DP_THREADS / 32);
     const uint32_t n8 = (uint32_t)((n_elements + 7) >> 3);
-    const bool vec = (begin & 7) == 0;
+    // 16-byte stores where an 8-group lands on a 16-byte boundary of `out`: `begin` a multiple of 8 AND `out`
+    // itself 16-byte aligned (the rows kernel passes out + y * row_len, which is not when row_len % 8 != 0: a vector
+    // store there faults with a misaligned address).
+    const bool vec = (begin & 7) == 0 && (reinterpret_cast<uintptr_t>(out) & 15) == 0;
     // A warp decodes chunk c (elements [2048c, 2048c + 2048)): lane l takes 8-groups 256c + 32i + l, i = 0..7.
     for (long long c = (begin >> 11) + (long long)block * (DP_THREADS / 32) + (threadIdx.x >> 5);
          c < (end + 2047) >> 11; c += warps) {

@@ -123,6 +123,7 @@ if command -v compute-sanitizer > /dev/null; then
   # packed form built on the GPU (kernels/df11_pack.cu) compared with the CPU build.
   if [ -z "${ONLY_SANITIZE:-}" ] && part sanitize; then
     sanitize memcheck modules_exact units_decode
+    sanitize memcheck modules_exact rows_decode
     sanitize memcheck device_stress
     sanitize memcheck device_damaged
     sanitize memcheck fused_exact odd_shapes

@@ -56,7 +56,13 @@ for m in models/*/; do
 done
 # The binaries share most of their bytes (candle's embedded PTX): one xz stream with a window
 # larger than all of them stores those bytes once (2.5 GB -> ~47 MB; ~10 GB of RAM to pack).
-strip "$SUITE"/*-* "$SUITE/gpu_bench" "$SUITE/sanitizer_probe" "$SUITE/tc_probe" "$SUITE/synth_model" "$SUITE/df11"
+# SUITE_SYMBOLS="modules_exact ...": those test binaries keep their symbols (backtraces of a
+# hang under cuda-gdb name the functions: scripts/gpu-test-replay.sh).
+for f in "$SUITE"/*-* "$SUITE/gpu_bench" "$SUITE/sanitizer_probe" "$SUITE/tc_probe" "$SUITE/synth_model" "$SUITE/df11"; do
+  keep=""
+  for s in ${SUITE_SYMBOLS:-}; do [[ $(basename "$f") == "$s"-* ]] && keep=1; done
+  [ -n "$keep" ] || strip "$f"
+done
 (cd "$SUITE" && find . -maxdepth 1 -type f ! -name '*.txt' -printf '%P\n' | sort > bins.txt \
   && tar cf - -T bins.txt | xz -T1 --lzma2=preset=3,dict=1GiB > bins.tar.xz \
   && xargs rm -f < bins.txt && rm bins.txt)
@@ -65,5 +71,6 @@ cp scripts/gpu-e2e-run.sh "$SUITE/e2e.sh"
 cp scripts/gpu-soak.sh "$SUITE/soak.sh"
 cp scripts/gpu-split-check.sh "$SUITE/split.sh"
 cp scripts/gpu-test-replay.sh "$SUITE/replay.sh"
+cp scripts/gpu-exit-check.sh "$SUITE/exit.sh"
 du -sh "$SUITE"
 echo "now run on the GPU machine: bash $SUITE/run.sh   (device tool, carry [\".gpu\"])"

@@ -141,6 +141,16 @@ pub enum Df11Error {
         /// What is wrong.
         reason: String,
     },
+    /// `dfloat11_config.version` names a release whose format we do not read.
+    #[error("{path}: dfloat11_config.version `{version}` is not a format this library reads (supported: {supported})")]
+    UnsupportedVersion {
+        /// The config file.
+        path: PathBuf,
+        /// The version found.
+        version: String,
+        /// The versions read.
+        supported: &'static str,
+    },
     /// A safetensors file is truncated or its header is malformed.
     #[error("{path}: invalid safetensors file: {reason}")]
     Safetensors {

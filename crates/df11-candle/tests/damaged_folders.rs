@@ -127,15 +127,15 @@ fn missing_folder_or_config_is_not_a_model() {
 }
 
 #[test]
-fn unknown_version_opens_with_a_warning() {
+fn unseen_version_of_the_format_opens_with_a_warning() {
     let c = copy_fixture();
-    edit_config(&c.dir, |v| v["dfloat11_config"]["version"] = "0.9.7".into());
-    let model = open_ok(&c.dir, "unknown version");
+    edit_config(&c.dir, |v| v["dfloat11_config"]["version"] = "0.4.1".into());
+    let model = open_ok(&c.dir, "unseen version");
     assert_eq!(model.warnings().len(), 1, "{:?}", model.warnings());
     let w = &model.warnings()[0];
-    assert!(w.contains("0.9.7") && w.contains("config.json"), "{w}");
+    assert!(w.contains("0.4.1") && w.contains("config.json"), "{w}");
     // The format has not changed: the units still decode exactly.
-    let decoded = decode_layer(&model, "unknown version").unwrap();
+    let decoded = decode_layer(&model, "unseen version").unwrap();
     assert!(decoded == original_layer());
 
     // The known versions open without a warning.
@@ -144,6 +144,37 @@ fn unknown_version_opens_with_a_warning() {
         edit_config(&c.dir, |j| j["dfloat11_config"]["version"] = v.into());
         assert!(open_ok(&c.dir, v).warnings().is_empty(), "{v}");
     }
+}
+
+#[test]
+fn version_of_another_format_is_refused() {
+    for v in [
+        "9.9.9", "0.1.0", "0.6.0", "1.0.0", "0.5", "0.5.0.1", "", "v0.5.0", "0.5.x",
+    ] {
+        let c = copy_fixture();
+        edit_config(&c.dir, |j| j["dfloat11_config"]["version"] = v.into());
+        let case = format!("version `{v}`");
+        let err = open_err(&c.dir, &case);
+        match &err {
+            Df11Error::UnsupportedVersion { path, version, .. } => {
+                assert_eq!(file_name(path), "config.json", "{case}");
+                assert_eq!(version, v, "{case}");
+            }
+            other => panic!("{case}: expected UnsupportedVersion, got {other:?}"),
+        }
+        assert_mentions(&err, &[&format!("`{v}`"), "0.2", "0.5"], &case);
+    }
+    // No version at all: the field is named.
+    let c = copy_fixture();
+    edit_config(&c.dir, |j| {
+        j["dfloat11_config"]
+            .as_object_mut()
+            .unwrap()
+            .remove("version");
+    });
+    let err = open_err(&c.dir, "no version");
+    assert!(matches!(err, Df11Error::InvalidConfig { .. }), "{err:?}");
+    assert_mentions(&err, &["dfloat11_config.version", "missing"], "no version");
 }
 
 #[test]

@@ -207,9 +207,12 @@ fn decoded_at_load_mode_matches_compressed_mode() {
 }
 
 /// `Df11Group::decode_rows` (an embedding's rows in one launch per 65,535): on CUDA with the
-/// packed form, any starts (unaligned, repeated, more than one launch's worth) give the original
-/// BF16 values byte for byte, in order; a row past the unit is a typed error; elsewhere `None`
-/// (the caller decodes them another way).
+/// packed form, any starts (unaligned, repeated, more than one launch's worth) and any row length
+/// give the original BF16 values byte for byte, in order; a row past the unit is a typed error;
+/// elsewhere `None` (the caller decodes them another way). Row lengths that are not multiples of
+/// 8 put later rows' outputs off 16-byte boundaries, where the kernel must not store 16 bytes at
+/// once (a misaligned store faults the context; every length below meets rows that start on
+/// a multiple of 8).
 #[test]
 fn rows_decode_to_the_originals() {
     use df11_candle::{Df11Error, ExponentForm};
@@ -219,25 +222,47 @@ fn rows_decode_to_the_originals() {
     let (rows, cols) = (96, 200);
     let (w, g) =
         common::products::unit_of(&[(rows, cols)], rng.gen(), &device, ExponentForm::Packed);
-    let row_len = rng.gen_range(1..=cols);
     let n = w.len();
-    let starts: Vec<usize> = (0..65_535 + 9)
-        .map(|_| rng.gen_range(0..=n - row_len))
-        .collect();
-    let got = g.decode_rows(&starts, row_len).unwrap();
-    if !device.is_cuda() {
-        assert!(got.is_none(), "the rows kernel runs on CUDA only");
-        return;
+    let drawn = rng.gen_range(1..=cols);
+    // Row lengths of every residue mod 8, the drawn one; the drawn one over two launches.
+    for (row_len, count) in [
+        (1, 257),
+        (7, 257),
+        (9, 257),
+        (13, 257),
+        (16, 257),
+        (100, 257),
+        (195, 257),
+        (drawn, 65_535 + 9),
+    ] {
+        // Half the starts on multiples of 8 (the 16-byte path), half anywhere.
+        let starts: Vec<usize> = (0..count)
+            .map(|i| {
+                let s = rng.gen_range(0..=n - row_len);
+                if i % 2 == 0 {
+                    s / 8 * 8
+                } else {
+                    s
+                }
+            })
+            .collect();
+        let got = g.decode_rows(&starts, row_len).unwrap();
+        if !device.is_cuda() {
+            assert!(got.is_none(), "the rows kernel runs on CUDA only");
+            return;
+        }
+        let got: Vec<bf16> = got.expect("a packed unit").to_vec1().unwrap();
+        assert_eq!(got.len(), starts.len() * row_len);
+        for (i, &s) in starts.iter().enumerate() {
+            let row = &got[i * row_len..(i + 1) * row_len];
+            assert!(
+                row == &w[s..s + row_len],
+                "row {i} at {s} (length {row_len})"
+            );
+        }
+        g.check_status().unwrap();
     }
-    let got: Vec<bf16> = got.expect("a packed unit").to_vec1().unwrap();
-    assert_eq!(got.len(), starts.len() * row_len);
-    for (i, &s) in starts.iter().enumerate() {
-        let row = &got[i * row_len..(i + 1) * row_len];
-        assert!(
-            row == &w[s..s + row_len],
-            "row {i} at {s} (length {row_len})"
-        );
-    }
+    let row_len = drawn;
     assert!(matches!(
         g.decode_rows(&[n - row_len + 1], row_len),
         Err(Df11Error::Usage(_))

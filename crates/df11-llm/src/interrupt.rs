@@ -20,13 +20,31 @@ pub fn install() {
                 INTERRUPTED.store(true, Ordering::SeqCst);
             } else {
                 eprintln!();
-                std::process::exit(130);
+                exit_now(130);
             }
         };
         if let Err(e) = ctrlc::set_handler(handler) {
             eprintln!("warning: Ctrl-C will end the process (no handler: {e})");
         }
     });
+}
+
+/// Ends the process at once with `code`, after flushing stdout and stderr, without running the
+/// exit handlers of the C runtime and the libraries (`_exit`). For a second Ctrl-C, or one
+/// outside a generation: another thread may be loading or running the model on CUDA at that
+/// moment, and the CUDA libraries' exit handlers tearing down under it can crash the process
+/// (a segfault instead of the status asked for). The operating system frees the device.
+pub fn exit_now(code: i32) -> ! {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    #[cfg(unix)]
+    // SAFETY: `_exit` takes any status and never returns; nothing is left to unwind.
+    unsafe {
+        libc::_exit(code)
+    }
+    #[cfg(not(unix))]
+    std::process::exit(code)
 }
 
 /// Marks a generation in progress until dropped: Ctrl-C meanwhile sets [`interrupted`] instead

@@ -58,6 +58,7 @@ pub use device::{cuda_device_count, cuda_devices, open_cuda, select_device, sele
 pub use engine::{Engine, SeqId};
 pub use error::{LlmError, Result};
 pub use generate::{generate, CausalLm, Generation, GenerationParams};
+pub use interrupt::exit_now;
 pub use kv_cache::KvCache;
 pub use memory::PeakMemory;
 pub use model::{DecodeOptions, DecoderModel, PromptAttention, DEFAULT_MAX_CONTEXT};

@@ -65,10 +65,10 @@ impl RopeScaling {
                     LlmError::config(path, format!("RoPE scaling `{kind}` needs `{name}`"))
                 })
         };
-        match kind {
-            "linear" => Ok(Self::Linear {
+        let scaling = match kind {
+            "linear" => Self::Linear {
                 factor: field("factor")?,
-            }),
+            },
             "llama3" => {
                 let (low, high) = (field("low_freq_factor")?, field("high_freq_factor")?);
                 if !(low > 0.0 && high > low) {
@@ -77,17 +77,59 @@ impl RopeScaling {
                         format!("llama3 RoPE scaling needs 0 < low_freq_factor ({low}) < high_freq_factor ({high})"),
                     ));
                 }
-                Ok(Self::Llama3 {
+                Self::Llama3 {
                     factor: field("factor")?,
                     low_freq_factor: low,
                     high_freq_factor: high,
                     original_max_position_embeddings: field("original_max_position_embeddings")?,
-                })
+                }
             }
-            other => Err(LlmError::config(
-                path,
-                format!("RoPE scaling `{other}` is not supported (supported: linear, llama3)"),
-            )),
+            other => {
+                return Err(LlmError::config(
+                    path,
+                    format!("RoPE scaling `{other}` is not supported (supported: linear, llama3)"),
+                ))
+            }
+        };
+        match scaling.problem() {
+            Some(problem) => Err(LlmError::config(path, problem)),
+            None => Ok(scaling),
+        }
+    }
+
+    /// Why the scaling's values cannot be, if they cannot: each factor finite and positive
+    /// (`linear` and `llama3` divide frequencies by `factor`), llama3's band ordered.
+    pub fn problem(&self) -> Option<String> {
+        let positive = |name: &str, v: f64| {
+            (!(v.is_finite() && v > 0.0)).then(|| {
+                format!(
+                    "rope_scaling.{name} {} is not a finite positive number",
+                    crate::spec::shown(v)
+                )
+            })
+        };
+        match *self {
+            Self::None => None,
+            Self::Linear { factor } => positive("factor", factor),
+            Self::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => positive("factor", factor)
+                .or_else(|| positive("low_freq_factor", low_freq_factor))
+                .or_else(|| positive("high_freq_factor", high_freq_factor))
+                .or_else(|| {
+                    positive(
+                        "original_max_position_embeddings",
+                        original_max_position_embeddings,
+                    )
+                })
+                .or_else(|| {
+                    (high_freq_factor <= low_freq_factor).then(|| {
+                        format!("rope_scaling.high_freq_factor {high_freq_factor} is not above low_freq_factor {low_freq_factor}")
+                    })
+                }),
         }
     }
 

@@ -138,11 +138,63 @@ impl DecoderSpec {
                 self.attention_scale
             ));
         }
-        if self.max_positions == 0 {
-            return Some("max_position_embeddings is 0".into());
+        if self.max_positions == 0 || self.max_positions > MAX_POSITIONS {
+            return Some(format!(
+                "max_position_embeddings {} is not in 1..={MAX_POSITIONS} (positions are 32-bit on the device)",
+                self.max_positions
+            ));
+        }
+        if self.kv_cache_bytes(self.max_positions).is_none() {
+            return Some(format!(
+                "max_position_embeddings {}: one sequence's KV cache at that length is beyond this machine's address space",
+                self.max_positions
+            ));
+        }
+        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0) {
+            return Some(format!(
+                "rms_norm_eps {} is not a finite non-negative number",
+                shown(self.rms_norm_eps)
+            ));
+        }
+        if let Some(cap) = self.attn_softcap {
+            if !(cap.is_finite() && cap > 0.0) {
+                return Some(format!("attention soft-cap {cap} is not positive"));
+            }
         }
         None
     }
+
+    /// Bytes of one layer's keys and values for one sequence of `positions` (BF16), if that
+    /// fits a `usize` (with room to multiply by the layers).
+    pub fn kv_cache_bytes(&self, positions: usize) -> Option<usize> {
+        let bytes = [2, self.num_key_value_heads, self.head_dim, positions, 2]
+            .into_iter()
+            .try_fold(1usize, usize::checked_mul)?;
+        (bytes <= isize::MAX as usize / MAX_LAYERS).then_some(bytes)
+    }
+}
+
+/// A config value as a message shows it: plain, or in exponent form when very large or small
+/// (`1e308`, not 309 digits).
+pub(crate) fn shown(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-6..1e16).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+/// Decoder layers a config may declare: far above any published model (the largest have a
+/// few hundred); a larger count is a damaged config, refused before anything is sized by it.
+pub const MAX_LAYERS: usize = 4096;
+
+/// The largest `max_position_embeddings`: positions are 32-bit on the device.
+pub const MAX_POSITIONS: usize = i32::MAX as usize;
+
+/// Why `num_hidden_layers` cannot be, if it cannot (checked before any per-layer table is made).
+pub fn layer_count_problem(layers: usize) -> Option<String> {
+    (layers == 0 || layers > MAX_LAYERS)
+        .then(|| format!("num_hidden_layers {layers} is not in 1..={MAX_LAYERS}"))
 }
 
 /// The rotary embedding of a kind of layer.
@@ -160,6 +212,34 @@ impl RopeSpec {
     /// The inverse frequencies, computed in f32 as transformers does.
     pub fn inv_freq(&self) -> Vec<f32> {
         self.scaling.inv_freq(self.theta, self.dim)
+    }
+
+    /// Why the base or the scaling cannot give usable frequencies, if they cannot: the base
+    /// must be a finite number above 1 that f32 (the precision the tables are computed in)
+    /// holds, and every scaled inverse frequency finite and positive.
+    pub fn problem(&self) -> Option<String> {
+        let theta = self.theta;
+        if !(theta.is_finite() && theta > 1.0 && (theta as f32).is_finite()) {
+            return Some(format!(
+                "rope_theta {} is not a finite number above 1 (at most {:e})",
+                shown(theta),
+                f32::MAX
+            ));
+        }
+        if let Some(p) = self.scaling.problem() {
+            return Some(p);
+        }
+        let bad = self
+            .inv_freq()
+            .into_iter()
+            .find(|f| !(f.is_finite() && *f > 0.0));
+        bad.map(|f| {
+            format!(
+                "rope_theta {} with {:?} gives the inverse frequency {f}",
+                shown(theta),
+                self.scaling
+            )
+        })
     }
 }
 
@@ -251,8 +331,20 @@ impl ModelSpec {
         if let Some(p) = self.decoder.problem() {
             return Some(p);
         }
-        if self.vocab_size == 0 {
-            return Some("vocab_size is 0".into());
+        if self.vocab_size == 0 || self.vocab_size > u32::MAX as usize {
+            return Some(format!(
+                "vocab_size {} is not in 1..={} (token ids are 32-bit)",
+                self.vocab_size,
+                u32::MAX
+            ));
+        }
+        if let Some(p) = layer_count_problem(self.layers.len()) {
+            return Some(p);
+        }
+        if let Some(cap) = self.final_softcap {
+            if !(cap.is_finite() && cap > 0.0) {
+                return Some(format!("final logit soft-cap {cap} is not positive"));
+            }
         }
         for (i, layer) in self.layers.iter().enumerate() {
             if layer.rope >= self.ropes.len() {
@@ -263,6 +355,9 @@ impl ModelSpec {
             }
         }
         for rope in &self.ropes {
+            if let Some(p) = rope.problem() {
+                return Some(p);
+            }
             if rope.dim == 0 || !rope.dim.is_multiple_of(2) || rope.dim > self.decoder.head_dim {
                 return Some(format!(
                     "{} rotary features for head_dim {} (must be even, non-zero, at most the head)",

@@ -133,6 +133,10 @@ impl TextConfig {
         if o.sliding_window == Some(0) {
             return Err(bad("sliding_window 0".into()));
         }
+        // Before anything is sized by it.
+        if let Some(problem) = crate::spec::layer_count_problem(self.num_hidden_layers) {
+            return Err(bad(problem));
+        }
         let rope = config.rope()?;
         let mut decoder = DecoderSpec::llama(
             self.hidden_size,
@@ -231,6 +235,84 @@ mod tests {
                 matches!(e, Err(LlmError::InvalidConfig { .. })),
                 "{key}: {e:?}"
             );
+        }
+    }
+
+    /// Values a damaged config carries: each is refused with an error naming the field and
+    /// the value, before any weight is read.
+    #[test]
+    fn out_of_range_values_name_the_field_and_value() {
+        use serde_json::json;
+        for (key, value, field, shown) in [
+            ("rope_theta", json!(0.0), "rope_theta", "0"),
+            ("rope_theta", json!(-1.0), "rope_theta", "-1"),
+            ("rope_theta", json!(1.0), "rope_theta", "1"),
+            ("rope_theta", json!(1e308), "rope_theta", "1e308"),
+            ("num_hidden_layers", json!(0), "num_hidden_layers", "0"),
+            (
+                "num_hidden_layers",
+                json!(1u64 << 40),
+                "num_hidden_layers",
+                "1099511627776",
+            ),
+            (
+                "max_position_embeddings",
+                json!(0),
+                "max_position_embeddings",
+                "0",
+            ),
+            (
+                "max_position_embeddings",
+                json!(1u64 << 40),
+                "max_position_embeddings",
+                "1099511627776",
+            ),
+            ("rms_norm_eps", json!(-1.0), "rms_norm_eps", "-1"),
+            ("vocab_size", json!(0), "vocab_size", "0"),
+            (
+                "rope_scaling",
+                json!({"rope_type": "linear", "factor": 0.0}),
+                "factor",
+                "0",
+            ),
+            (
+                "rope_scaling",
+                json!({"rope_type": "linear", "factor": -2.0}),
+                "factor",
+                "-2",
+            ),
+            (
+                "rope_scaling",
+                json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                       "high_freq_factor": 4.0, "original_max_position_embeddings": 0.0}),
+                "original_max_position_embeddings",
+                "0",
+            ),
+        ] {
+            let mut config_json = base();
+            config_json[key] = value.clone();
+            let c = config(config_json);
+            let e = TextConfig::read(&c)
+                .map_err(|e| e.to_string())
+                .and_then(|t| t.llama_spec(&c, DEFAULTS).map_err(|e| e.to_string()));
+            let msg = e.expect_err(&format!("{key} = {value} was accepted"));
+            assert!(
+                msg.contains(field) && msg.contains(shown) && msg.contains("config.json"),
+                "{key} = {value}: {msg}"
+            );
+        }
+        // The edges that are fine.
+        for (key, value) in [
+            ("rope_theta", json!(1.5)),
+            ("rope_theta", json!(1e12)),
+            ("num_hidden_layers", json!(crate::spec::MAX_LAYERS)),
+            ("max_position_embeddings", json!(crate::spec::MAX_POSITIONS)),
+        ] {
+            let mut config_json = base();
+            config_json[key] = value.clone();
+            let c = config(config_json);
+            let spec = TextConfig::read(&c).unwrap().llama_spec(&c, DEFAULTS);
+            assert!(spec.is_ok(), "{key} = {value}: {spec:?}");
         }
     }
 }

@@ -75,11 +75,13 @@ pub fn serve(
     let metrics = Arc::new(Metrics::default());
     let (scheduler, info) =
         Scheduler::start(load, config.max_batch, config.max_queue, metrics.clone())?;
+    // Stops the model's thread however `serve` returns, before the caller leaves `main`.
+    let owner = StopOnReturn(scheduler.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| io(&addr, e))?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .map_err(|e| io(&addr, e))?;
@@ -104,7 +106,21 @@ pub fn serve(
             .map_err(|e| io(&addr, e))?;
         eprintln!("server stopped");
         Ok(())
-    })
+    });
+    // The runtime (and any connection it still holds) goes first, then the model's thread is
+    // stopped and joined: the model is dropped on its own thread before this returns.
+    drop(runtime);
+    drop(owner);
+    served
+}
+
+/// Stops the scheduler (joining its thread) when dropped.
+struct StopOnReturn(Scheduler);
+
+impl Drop for StopOnReturn {
+    fn drop(&mut self) {
+        self.0.shutdown();
+    }
 }
 
 /// Ctrl-C (SIGINT) and, on Unix, SIGTERM, registered with the runtime.
@@ -153,6 +169,7 @@ async fn shutdown_signal(mut signals: Signals) {
     tokio::spawn(async move {
         signals.next().await;
         eprintln!("stopped");
-        std::process::exit(130);
+        // At once, without the exit handlers: the model's thread may be using CUDA right now.
+        df11_llm::exit_now(130);
     });
 }

@@ -175,6 +175,10 @@ fn from_raw(
 
 /// Per layer: sliding-window (true) or global, from `layer_types` or `sliding_window_pattern`.
 fn sliding_layers(raw: &RawTextConfig) -> std::result::Result<Vec<bool>, String> {
+    // Before a table of that many layers is made.
+    if let Some(problem) = df11_llm::spec::layer_count_problem(raw.num_hidden_layers) {
+        return Err(problem);
+    }
     let Some(types) = &raw.layer_types else {
         let p = raw.sliding_window_pattern;
         if p == 0 {

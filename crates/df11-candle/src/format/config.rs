@@ -8,8 +8,31 @@ use serde_json::{Map, Value};
 use crate::error::{Df11Error, Result};
 
 /// `dfloat11_config.version` strings written by the releases we know. The format has not changed
-/// since 0.2.0, so other strings only produce a warning.
+/// from 0.2.0 to 0.5.0; another 0.2.x-0.5.x string opens with a warning
+/// ([`supported_version`]), anything else is refused.
 pub const KNOWN_VERSIONS: [&str; 4] = ["0.2.0", "0.3.1", "0.3.2", "0.5.0"];
+
+/// The versions we read, as the refusal of another one says them.
+pub const SUPPORTED_VERSIONS: &str = "0.2.x to 0.5.x (seen: 0.2.0, 0.3.1, 0.3.2, 0.5.0)";
+
+/// Whether `version` names a release of the format we read: `0.M.P` with `M` from 2 to 5
+/// (0.1.0 is the legacy pickle format; a later minor or major release may change the format).
+pub fn supported_version(version: &str) -> bool {
+    let mut parts = version.split('.');
+    let number = |p: Option<&str>| {
+        p.filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|p| p.parse::<u32>().ok())
+    };
+    let (major, minor, patch) = (
+        number(parts.next()),
+        number(parts.next()),
+        number(parts.next()),
+    );
+    parts.next().is_none()
+        && major == Some(0)
+        && minor.is_some_and(|m| (2..=5).contains(&m))
+        && patch.is_some()
+}
 
 /// The version string our compressor writes (the official compressor whose output it reproduces).
 pub const WRITER_VERSION: &str = "0.5.0";
@@ -182,8 +205,19 @@ impl Df11Config {
                     "dfloat11_config.version must be a string, found {other}"
                 )))
             }
-            None => String::from("unknown"),
+            None => {
+                return Err(bad(format!(
+                    "dfloat11_config.version is missing (supported: {SUPPORTED_VERSIONS})"
+                )))
+            }
         };
+        if !supported_version(&version) {
+            return Err(Df11Error::UnsupportedVersion {
+                path: path.to_path_buf(),
+                version,
+                supported: SUPPORTED_VERSIONS,
+            });
+        }
         let threads_per_block = match obj.get("threads_per_block") {
             Some(Value::Array(a)) => a
                 .iter()

@@ -173,6 +173,21 @@ impl ModelWeights {
         }
     }
 
+    /// The name of every weight in the folder, compressed or plain (a DF11 unit's weights by
+    /// the names modules ask for, e.g. `model.layers.0.mlp.up_proj.weight`), sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = match &*self.source {
+            Source::Df11 { model, .. } => model
+                .compressed_weights()
+                .map(str::to_string)
+                .chain(model.plain_tensors().iter().cloned())
+                .collect(),
+            Source::Dense(index) => index.names().map(str::to_string).collect(),
+        };
+        names.sort();
+        names
+    }
+
     /// The folder.
     pub fn dir(&self) -> &Path {
         &self.dir

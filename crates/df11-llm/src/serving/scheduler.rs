@@ -4,9 +4,16 @@
 //! running sequence at once, sample each row with its request's own sampler, stream the text,
 //! and free the slots of requests that finished or whose client went away. Requests join and
 //! leave between steps; a full queue is refused at once.
+//!
+//! The thread owns every CUDA object of the model (device buffers, streams, graphs, cuBLAS and
+//! curand handles) and drops them itself: [`Scheduler::shutdown`] (or dropping the last handle)
+//! stops the loop and joins the thread, so the process never leaves `main` while the model is
+//! being torn down on another thread (the CUDA libraries' exit handlers would race that
+//! teardown).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 use candle_core::{DType, Tensor};
@@ -112,11 +119,52 @@ pub struct ModelInfo {
     pub defaults: crate::config::GenerationDefaults,
 }
 
-/// The HTTP side's handle on the scheduler.
+/// The HTTP side's handle on the scheduler. Clones share one thread; the last one dropped
+/// stops and joins it ([`Scheduler::shutdown`]).
 #[derive(Clone)]
 pub struct Scheduler {
-    queue: mpsc::SyncSender<Request>,
+    queue: mpsc::SyncSender<Message>,
     queued: Arc<AtomicUsize>,
+    thread: Arc<Worker>,
+}
+
+/// What the loop receives.
+enum Message {
+    Request(Request),
+    /// Wakes a loop blocked on an empty queue so that it sees the stop flag.
+    Stop,
+}
+
+/// The scheduler thread: stopped and joined when the last handle goes.
+struct Worker {
+    stop: Arc<AtomicBool>,
+    wake: mpsc::SyncSender<Message>,
+    handle: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Worker {
+    /// Stops the loop and waits for the thread (idempotent). Requests still running or queued
+    /// get [`Event::Failed`]; the engine, and every CUDA object in it, is dropped on the thread.
+    fn stop_and_join(&self) {
+        let handle = self
+            .handle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        let Some(handle) = handle else { return };
+        self.stop.store(true, Ordering::SeqCst);
+        // A full queue means the loop is not blocked waiting for one: it sees the flag anyway.
+        let _ = self.wake.try_send(Message::Stop);
+        if handle.join().is_err() {
+            eprintln!("warning: the scheduler thread panicked");
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
 }
 
 /// Why a request was not queued.
@@ -137,11 +185,13 @@ impl Scheduler {
         max_queue: usize,
         metrics: Arc<Metrics>,
     ) -> LlmResult<(Self, ModelInfo)> {
-        let (queue, requests) = mpsc::sync_channel::<Request>(max_queue.max(1));
+        let (queue, requests) = mpsc::sync_channel::<Message>(max_queue.max(1));
         let (ready, loaded) = mpsc::channel::<LlmResult<ModelInfo>>();
         let queued = Arc::new(AtomicUsize::new(0));
         let queued_loop = queued.clone();
-        std::thread::Builder::new()
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_loop = stop.clone();
+        let handle = std::thread::Builder::new()
             .name("df11-scheduler".into())
             .spawn(move || {
                 let setup = (|| -> LlmResult<(Engine, Tokenizer, Vec<u32>)> {
@@ -162,7 +212,13 @@ impl Scheduler {
                 })();
                 match setup {
                     Ok((engine, tokenizer, eos)) => {
-                        run(engine, &tokenizer, &eos, requests, &queued_loop, &metrics)
+                        let shared = Shared {
+                            requests,
+                            queued: &queued_loop,
+                            stop: &stop_loop,
+                            metrics: &metrics,
+                        };
+                        run(engine, &tokenizer, &eos, &shared)
                     }
                     Err(e) => {
                         let _ = ready.send(Err(e));
@@ -170,16 +226,33 @@ impl Scheduler {
                 }
             })
             .map_err(|e| LlmError::Usage(format!("scheduler thread: {e}")))?;
+        let thread = Arc::new(Worker {
+            stop,
+            wake: queue.clone(),
+            handle: Mutex::new(Some(handle)),
+        });
+        // A load that failed ends the thread: joining it (through `thread`'s drop) first
+        // means its CUDA state is gone before the error reaches the caller.
         let info = loaded.recv().map_err(|_| {
             LlmError::Usage("the scheduler stopped while loading the model".into())
         })??;
-        Ok((Self { queue, queued }, info))
+        Ok((
+            Self {
+                queue,
+                queued,
+                thread,
+            },
+            info,
+        ))
     }
 
     /// Queues a request, or refuses it at once when the queue is full.
     pub fn submit(&self, request: Request) -> Result<(), SubmitError> {
+        if self.thread.stop.load(Ordering::SeqCst) {
+            return Err(SubmitError::Stopped);
+        }
         self.queued.fetch_add(1, Ordering::SeqCst);
-        match self.queue.try_send(request) {
+        match self.queue.try_send(Message::Request(request)) {
             Ok(()) => Ok(()),
             Err(e) => {
                 self.queued.fetch_sub(1, Ordering::SeqCst);
@@ -189,6 +262,14 @@ impl Scheduler {
                 })
             }
         }
+    }
+
+    /// Stops the scheduler and waits for its thread: requests running or queued get
+    /// [`Event::Failed`], later submissions [`SubmitError::Stopped`], and the model (every CUDA
+    /// object in it) is dropped on the thread before this returns. Idempotent; the last
+    /// handle dropped does the same.
+    pub fn shutdown(&self) {
+        self.thread.stop_and_join();
     }
 
     /// Requests waiting for a slot.
@@ -219,92 +300,145 @@ struct Active<'t> {
     cancelled: bool,
 }
 
-/// The loop.
-fn run(
-    mut engine: Engine,
-    tokenizer: &Tokenizer,
-    eos: &[u32],
-    requests: mpsc::Receiver<Request>,
-    queued: &AtomicUsize,
-    metrics: &Metrics,
-) {
+/// What the loop shares with the handles.
+struct Shared<'a> {
+    requests: mpsc::Receiver<Message>,
+    queued: &'a AtomicUsize,
+    stop: &'a AtomicBool,
+    metrics: &'a Metrics,
+}
+
+/// Why the admitting stopped.
+enum Admit {
+    /// Go on to the decode step.
+    Step,
+    /// Stop the loop (a stop was asked for, or every handle is gone).
+    Stop,
+}
+
+/// The loop. On a stop, requests still running or queued are told so, then the engine is
+/// dropped here, on the thread that owns it.
+fn run(mut engine: Engine, tokenizer: &Tokenizer, eos: &[u32], shared: &Shared<'_>) {
     let mut active: Vec<Active<'_>> = Vec::new();
     loop {
-        // Admit: block for work when idle, else take what is waiting, up to the free slots and,
-        // while sequences are decoding, up to PREFILL_BUDGET prompt tokens between two of their
-        // steps (at least one request), so a burst of prompts does not stall them for long.
-        let mut prefilled = 0;
-        while active.len() < engine.max_batch() && (prefilled < PREFILL_BUDGET || active.is_empty())
-        {
-            let request = if active.is_empty() {
-                match requests.recv() {
-                    Ok(r) => r,
-                    Err(_) => return,
-                }
-            } else {
-                match requests.try_recv() {
-                    Ok(r) => r,
-                    Err(_) => break,
-                }
-            };
-            queued.fetch_sub(1, Ordering::SeqCst);
-            if request.events.is_closed() {
-                metrics.cancelled();
-                continue;
-            }
-            prefilled += request.prompt.len();
-            if let Some(a) = admit(&mut engine, tokenizer, eos, request, metrics) {
-                active.push(a);
-            }
+        if shared.stop.load(Ordering::SeqCst) {
+            break;
         }
-        metrics.set_queue(queued.load(Ordering::SeqCst));
-        // Clients that went away free their slots.
-        active.retain(|a| {
-            let gone = a.cancelled || a.request.events.is_closed();
-            if gone {
-                engine.remove(a.seq);
-                metrics.cancelled();
-            }
-            !gone
-        });
-        if active.is_empty() {
-            continue;
+        if let Admit::Stop = admit_waiting(&mut engine, tokenizer, eos, &mut active, shared) {
+            break;
         }
-        let batch: Vec<(SeqId, u32)> = active.iter().map(|a| (a.seq, a.next)).collect();
-        metrics.set_batch(batch.len());
-        let started = Instant::now();
-        let logits = engine
-            .step(&batch)
-            .and_then(|l| Ok(l.to_dtype(DType::F32)?));
-        let logits = match logits {
-            Ok(l) => l,
-            Err(e) => {
-                for a in active.drain(..) {
-                    engine.remove(a.seq);
-                    a.request.events.send(Event::Failed(e.to_string()));
-                    metrics.failed();
-                }
-                continue;
+        step(&mut engine, eos, &mut active, shared.metrics);
+    }
+    let stopping = || Event::Failed("the server is shutting down".into());
+    for a in active.drain(..) {
+        engine.remove(a.seq);
+        a.request.events.send(stopping());
+        shared.metrics.failed();
+    }
+    while let Ok(message) = shared.requests.try_recv() {
+        if let Message::Request(r) = message {
+            shared.queued.fetch_sub(1, Ordering::SeqCst);
+            r.events.send(stopping());
+            shared.metrics.failed();
+        }
+    }
+    drop(engine);
+}
+
+/// Admits waiting requests into free slots (blocking for one when nothing runs).
+fn admit_waiting<'t>(
+    engine: &mut Engine,
+    tokenizer: &'t Tokenizer,
+    eos: &[u32],
+    active: &mut Vec<Active<'t>>,
+    shared: &Shared<'_>,
+) -> Admit {
+    let (queued, metrics) = (shared.queued, shared.metrics);
+    // Block for work when idle, else take what is waiting, up to the free slots and, while
+    // sequences are decoding, up to PREFILL_BUDGET prompt tokens between two of their steps (at
+    // least one request), so a burst of prompts does not stall them for long.
+    let mut prefilled = 0;
+    while active.len() < engine.max_batch() && (prefilled < PREFILL_BUDGET || active.is_empty()) {
+        let message = if active.is_empty() {
+            match shared.requests.recv() {
+                Ok(m) => m,
+                Err(_) => return Admit::Stop,
+            }
+        } else {
+            match shared.requests.try_recv() {
+                Ok(m) => m,
+                Err(_) => break,
             }
         };
-        let mut finished = Vec::new();
-        for (i, a) in active.iter_mut().enumerate() {
-            let outcome = logits
-                .get(i)
-                .map_err(LlmError::from)
-                .and_then(|row| advance(a, &row, eos, engine.max_context(), engine.len(a.seq)));
-            match outcome {
-                Ok(None) => {}
-                Ok(Some(reason)) => finished.push((i, Ok(reason))),
-                Err(e) => finished.push((i, Err(e.to_string()))),
-            }
+        let request = match message {
+            Message::Request(r) => r,
+            Message::Stop => return Admit::Stop,
+        };
+        queued.fetch_sub(1, Ordering::SeqCst);
+        if request.events.is_closed() {
+            metrics.cancelled();
+            continue;
         }
-        metrics.step(batch.len(), started.elapsed());
-        for (i, outcome) in finished.into_iter().rev() {
-            let a = active.swap_remove(i);
+        prefilled += request.prompt.len();
+        if let Some(a) = admit(engine, tokenizer, eos, request, metrics) {
+            active.push(a);
+        }
+        if shared.stop.load(Ordering::SeqCst) {
+            return Admit::Stop;
+        }
+    }
+    metrics.set_queue(queued.load(Ordering::SeqCst));
+    // Clients that went away free their slots.
+    active.retain(|a| {
+        let gone = a.cancelled || a.request.events.is_closed();
+        if gone {
             engine.remove(a.seq);
-            finish(a, outcome, metrics);
+            metrics.cancelled();
         }
+        !gone
+    });
+    Admit::Step
+}
+
+/// One decode step for every running sequence: sample, stream, finish the ones that ended.
+fn step(engine: &mut Engine, eos: &[u32], active: &mut Vec<Active<'_>>, metrics: &Metrics) {
+    if active.is_empty() {
+        return;
+    }
+    let batch: Vec<(SeqId, u32)> = active.iter().map(|a| (a.seq, a.next)).collect();
+    metrics.set_batch(batch.len());
+    let started = Instant::now();
+    let logits = engine
+        .step(&batch)
+        .and_then(|l| Ok(l.to_dtype(DType::F32)?));
+    let logits = match logits {
+        Ok(l) => l,
+        Err(e) => {
+            for a in active.drain(..) {
+                engine.remove(a.seq);
+                a.request.events.send(Event::Failed(e.to_string()));
+                metrics.failed();
+            }
+            return;
+        }
+    };
+    let mut finished = Vec::new();
+    for (i, a) in active.iter_mut().enumerate() {
+        let outcome = logits
+            .get(i)
+            .map_err(LlmError::from)
+            .and_then(|row| advance(a, &row, eos, engine.max_context(), engine.len(a.seq)));
+        match outcome {
+            Ok(None) => {}
+            Ok(Some(reason)) => finished.push((i, Ok(reason))),
+            Err(e) => finished.push((i, Err(e.to_string()))),
+        }
+    }
+    metrics.step(batch.len(), started.elapsed());
+    for (i, outcome) in finished.into_iter().rev() {
+        let a = active.swap_remove(i);
+        engine.remove(a.seq);
+        finish(a, outcome, metrics);
     }
 }
 

@@ -125,3 +125,79 @@ pub fn unsupported_configs_are_invalid_config(m: &ModelUnderTest) {
         }
     }
 }
+
+/// Values outside their range, as a damaged config carries them, are refused before the model
+/// runs, each with an error naming the file, the field and the value: a RoPE base of 0, -1 or
+/// 1e308, no layers, fewer layers than the weights hold (the unused weights named), a context
+/// no cache can hold, a DF11 format version we do not read.
+pub fn out_of_range_configs_are_refused(m: &ModelUnderTest) {
+    use serde_json::json;
+    let src = model_dir(m.fixtures[0], "df11");
+    let cases: [(&str, serde_json::Value, &[&str]); 5] = [
+        ("rope_theta", json!(0.0), &["rope_theta", " 0 "]),
+        ("rope_theta", json!(-1.0), &["rope_theta", "-1"]),
+        ("rope_theta", json!(1e308), &["rope_theta", "1e308"]),
+        ("num_hidden_layers", json!(0), &["num_hidden_layers", " 0 "]),
+        (
+            "max_position_embeddings",
+            json!(1u64 << 40),
+            &["max_position_embeddings", "1099511627776"],
+        ),
+    ];
+    for (key, value, needles) in cases {
+        let tmp = copy_fixture(&src, "", |c| text_config(c)[key] = value.clone());
+        match load_err(m, tmp.path(), false) {
+            LlmError::InvalidConfig { path, reason } => {
+                assert_eq!(path, tmp.path().join("config.json"), "{key} = {value}");
+                let reason = format!(" {reason} ");
+                for n in needles {
+                    assert!(reason.contains(n), "{key} = {value}: {reason}");
+                }
+            }
+            other => panic!("{key} = {value}: expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    // One layer fewer than the weights hold, DF11 and BF16: the last layer's weights are named.
+    for format in ["df11", "bf16"] {
+        let src = model_dir(m.fixtures[0], format);
+        let mut layers = 0;
+        let tmp = copy_fixture(&src, "", |c| {
+            let text = text_config(c);
+            layers = text["num_hidden_layers"].as_u64().unwrap();
+            text["num_hidden_layers"] = json!(layers - 1);
+            if let Some(types) = text.get_mut("layer_types").and_then(|t| t.as_array_mut()) {
+                types.truncate(layers as usize - 1);
+            }
+        });
+        assert!(layers >= 2, "the fixture has {layers} layers");
+        match load_err(m, tmp.path(), format == "bf16") {
+            LlmError::InvalidConfig { path, reason } => {
+                assert_eq!(path, tmp.path().join("config.json"), "{format}");
+                let needles = [
+                    format!("num_hidden_layers is {}", layers - 1),
+                    format!("layers.{}.", layers - 1),
+                ];
+                for n in needles {
+                    assert!(reason.contains(&n), "{format}: {reason}");
+                }
+            }
+            other => panic!("{format}, one layer fewer: expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    // A DF11 format version we do not read.
+    let tmp = copy_fixture(&src, "", |c| {
+        c["dfloat11_config"]["version"] = "9.9.9".into()
+    });
+    match load_err(m, tmp.path(), false) {
+        LlmError::Df11(e @ Df11Error::UnsupportedVersion { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains("9.9.9") && msg.contains("config.json"),
+                "{msg}"
+            );
+        }
+        other => panic!("version 9.9.9: expected UnsupportedVersion, got {other:?}"),
+    }
+}

@@ -159,6 +159,7 @@ macro_rules! model_tests {
             errors::missing_tokenizer_config_and_weights,
             errors::legacy_pickle_repo_is_named_as_such,
             errors::unsupported_configs_are_invalid_config,
+            errors::out_of_range_configs_are_refused,
             cli::local_folder_greedy_json_matches_the_reference_and_bf16,
             cli::chat_template_prompt_ids_match_transformers,
             cli::streamed_text_and_report,
