@@ -2,31 +2,10 @@
 
 use std::path::PathBuf;
 
-use candle_core::DType;
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 
+pub use crate::device::ComputeDtype;
 use crate::source::ModelSource;
-
-/// The compute dtype.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ComputeDtype {
-    /// bfloat16 (the default on CUDA).
-    Bf16,
-    /// float16.
-    F16,
-    /// float32 (the default on the CPU).
-    F32,
-}
-
-impl From<ComputeDtype> for DType {
-    fn from(d: ComputeDtype) -> Self {
-        match d {
-            ComputeDtype::Bf16 => DType::BF16,
-            ComputeDtype::F16 => DType::F16,
-            ComputeDtype::F32 => DType::F32,
-        }
-    }
-}
 
 /// Which model to load and how: shared by generation (`CommonArgs`) and the server.
 #[derive(clap::Args, Debug, Clone, PartialEq)]

@@ -2,8 +2,28 @@
 
 use candle_core::{DType, Device};
 
-use crate::args::ComputeDtype;
 use crate::error::{LlmError, Result};
+
+/// The compute dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ComputeDtype {
+    /// bfloat16 (the default on CUDA).
+    Bf16,
+    /// float16.
+    F16,
+    /// float32 (the default on the CPU).
+    F32,
+}
+
+impl From<ComputeDtype> for DType {
+    fn from(d: ComputeDtype) -> Self {
+        match d {
+            ComputeDtype::Bf16 => DType::BF16,
+            ComputeDtype::F16 => DType::F16,
+            ComputeDtype::F32 => DType::F32,
+        }
+    }
+}
 
 /// The CPU when `cpu` is set or CUDA is not compiled in, else CUDA device 0.
 pub fn select_device(cpu: bool) -> Result<Device> {

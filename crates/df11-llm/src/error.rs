@@ -76,6 +76,16 @@ pub enum LlmError {
     },
 }
 
+/// A config value as a message shows it: plain, or in exponent form when very large or small
+/// (`1e308`, not 309 digits).
+pub(crate) fn shown(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-6..1e16).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
 /// `bytes` as GiB with two decimals.
 fn gib(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)

@@ -104,7 +104,7 @@ impl RopeScaling {
             (!(v.is_finite() && v > 0.0)).then(|| {
                 format!(
                     "rope_scaling.{name} {} is not a finite positive number",
-                    crate::spec::shown(v)
+                    crate::error::shown(v)
                 )
             })
         };

@@ -153,7 +153,7 @@ impl DecoderSpec {
         if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0) {
             return Some(format!(
                 "rms_norm_eps {} is not a finite non-negative number",
-                shown(self.rms_norm_eps)
+                crate::error::shown(self.rms_norm_eps)
             ));
         }
         if let Some(cap) = self.attn_softcap {
@@ -171,16 +171,6 @@ impl DecoderSpec {
             .into_iter()
             .try_fold(1usize, usize::checked_mul)?;
         (bytes <= isize::MAX as usize / MAX_LAYERS).then_some(bytes)
-    }
-}
-
-/// A config value as a message shows it: plain, or in exponent form when very large or small
-/// (`1e308`, not 309 digits).
-pub(crate) fn shown(v: f64) -> String {
-    if v != 0.0 && v.is_finite() && !(1e-6..1e16).contains(&v.abs()) {
-        format!("{v:e}")
-    } else {
-        format!("{v}")
     }
 }
 
@@ -222,7 +212,7 @@ impl RopeSpec {
         if !(theta.is_finite() && theta > 1.0 && (theta as f32).is_finite()) {
             return Some(format!(
                 "rope_theta {} is not a finite number above 1 (at most {:e})",
-                shown(theta),
+                crate::error::shown(theta),
                 f32::MAX
             ));
         }
@@ -236,7 +226,7 @@ impl RopeSpec {
         bad.map(|f| {
             format!(
                 "rope_theta {} with {:?} gives the inverse frequency {f}",
-                shown(theta),
+                crate::error::shown(theta),
                 self.scaling
             )
         })
