@@ -16,7 +16,7 @@ use std::ops::Range;
 
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
-use candle_core::{CudaStorage, Layout};
+use candle_core::CudaStorage;
 
 use crate::cuda::launch::{launch_config_in, push_args};
 use crate::cuda::module::{fatbin_module, Module};
@@ -49,7 +49,7 @@ pub(crate) struct DevicePacked {
     /// Per member, its tile order if it is stored so.
     orders: Vec<Option<TileOrder>>,
     /// The unit's `sign_mantissa` in storage order, where a member is tiled.
-    sign_mantissa: Option<CudaSlice<u8>>,
+    pub(super) sign_mantissa: Option<CudaSlice<u8>>,
 }
 
 impl DevicePacked {
@@ -105,30 +105,37 @@ impl DevicePacked {
     }
 }
 
+/// A stream that does not decode on the device: the unit named as a loaded copy.
+pub(crate) fn refused(name: &str, defect: crate::error::UnitDefect) -> Df11Error {
+    Df11Error::InvalidUnit {
+        path: std::path::PathBuf::from(format!("<loaded copy of {name}>")),
+        unit: name.to_string(),
+        defect,
+    }
+}
+
 /// Builds the packed form of a validated unit on `device` from its stream, `sign_mantissa`
 /// being the unit's `sign_mantissa` there; the members `orders` tiles are stored in the tile
 /// order (with a `sign_mantissa` in that order), unless that form does not pack and the row
 /// order does. `Ok(None)` where the CPU build gives `None` (members that do not allow it, a
 /// chunk with more than 255 escapes before its last lane); a stream that does not decode is an
 /// [`Df11Error::InvalidUnit`].
+/// `decode` decodes the whole stream on `device` with the block kernel and checks its status
+/// (the caller's Huffman form: `crate::cuda::unit`); it may be called twice.
 pub(crate) fn build(
     device: &CudaDevice,
     name: &str,
     t: &UnitTensors<'_>,
     layout: &UnitLayout,
     orders: &[Option<TileOrder>],
-    sign_mantissa: (&CudaStorage, &Layout),
+    decode: &dyn Fn() -> Result<CudaStorage>,
 ) -> Result<Option<DevicePacked>> {
     let n = layout.n_elements;
     let members = layout.member_ranges();
     if !members_pack(&members, n) || n == 0 {
         return Ok(None);
     }
-    let refuse = |defect| Df11Error::InvalidUnit {
-        path: std::path::PathBuf::from(format!("<loaded copy of {name}>")),
-        unit: name.to_string(),
-        defect,
-    };
+    let refuse = |defect| refused(name, defect);
     // 0. The end of the stream, on the CPU (one block): the block kernel reads bytes past the
     //    stream as zeros, so a stream whose last codes run past its end would decode there.
     use crate::load_profile::{timed, Phase};
@@ -148,19 +155,6 @@ pub(crate) fn build(
         },
     )
     .map_err(refuse)?;
-    // 1. Decode the stream with the block kernel, and read its status word.
-    let decode = || -> Result<CudaStorage> {
-        let bytes = t.encoded_exponent.len() + t.gaps.len() + t.output_positions.len();
-        let huffman = timed(Phase::UploadExponents, bytes, settle, || {
-            crate::cuda::unit::CudaUnit::huffman_without_index(device, t, layout)
-        })?;
-        timed(Phase::GpuDecode, 2 * n, settle, || {
-            let (storage, _) =
-                huffman.decode(sign_mantissa.0, sign_mantissa.1, layout, 0..layout.n_blocks)?;
-            huffman.check_status().map_err(refuse)?;
-            Ok(storage)
-        })
-    };
     let orders = crate::cuda::tile_order::checked_orders(&members, orders).ok_or_else(|| {
         Df11Error::Usage(format!("`{name}`: a tile order does not match its member"))
     })?;
@@ -376,29 +370,4 @@ fn pack(
         orders: vec![None; members.len()],
         sign_mantissa: None,
     }))
-}
-
-/// The GPU build of a validated unit's packed form (members `orders` tiles in the tile order),
-/// copied back to the host with its `sign_mantissa` where a member is tiled: `Ok(None)` where
-/// there is none. For the GPU suite's comparison with [`PackedExponents::build`].
-#[doc(hidden)]
-pub fn build_on_gpu_to_host(
-    device: &CudaDevice,
-    t: &UnitTensors<'_>,
-    layout: &UnitLayout,
-    orders: &[Option<TileOrder>],
-) -> Result<Option<(PackedExponents, Option<Vec<u8>>)>> {
-    let sm = device.clone_htod(t.sign_mantissa)?;
-    let storage = CudaStorage::wrap_cuda_slice(sm, device.clone());
-    let sm_layout = Layout::contiguous(t.sign_mantissa.len());
-    match build(device, "<unit>", t, layout, orders, (&storage, &sm_layout))? {
-        Some(p) => {
-            let sm = match &p.sign_mantissa {
-                Some(s) => Some(device.clone_dtoh(s)?),
-                None => None,
-            };
-            Ok(Some((p.to_host(device)?, sm)))
-        }
-        None => Ok(None),
-    }
 }

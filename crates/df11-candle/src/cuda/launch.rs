@@ -9,10 +9,10 @@ use candle_core::cuda_backend::cudarc::driver::sys::{
 };
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
-use candle_core::{CpuStorage, CudaStorage, DType, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CudaStorage, Layout, Shape, Tensor};
 use half::bf16;
 
-use crate::cuda::matmul::{fused_plan, FusedKernel, FUSED_LIMIT_ROWS};
+use crate::cuda::limits::FUSED_LIMIT_ROWS;
 use crate::cuda::module::{fatbin_module, Module};
 
 /// What a CUDA op returns: its output and the output's shape.
@@ -288,19 +288,6 @@ pub(crate) fn bf16_view<'a>(
             candle_core::bail!("df11: the fused kernel needs {what} contiguous and 16-byte aligned")
         }
     }
-}
-
-/// Whether `x` can go through a fused kernel for a weight with `in_features` columns, and which
-/// ([`fused_plan`]).
-pub(crate) fn fused_kernel(x: &Tensor, in_features: usize) -> Option<FusedKernel> {
-    if x.dtype() != DType::BF16
-        || !in_features.is_multiple_of(8)
-        || x.dims().last() != Some(&in_features)
-    {
-        return None;
-    }
-    let rows = x.elem_count() / in_features.max(1);
-    fused_plan(rows, in_features, x.device())
 }
 
 /// Runs `op` (which maps `[rows <= limit, cols]` to `[rows, out]`) over `x` of shape

@@ -18,6 +18,8 @@
 
 use candle_core::Device;
 
+pub(crate) use crate::cuda::limits::tc_shape;
+pub use crate::cuda::limits::{FUSED_LIMIT_ROWS, TC_LIMIT_ROWS};
 use crate::cuda::setting::Setting;
 
 /// How linear layers multiply on CUDA.
@@ -51,10 +53,6 @@ impl std::str::FromStr for MatmulPath {
 /// | 8    | 0.680 ms      | 0.491 ms                | 0.703 ms       | 0.512 ms                 |
 pub const FUSED_MAX_ROWS: usize = 4;
 
-/// Most rows one CUDA-core fused launch handles (the kernel keeps one accumulator per row in
-/// registers).
-pub const FUSED_LIMIT_ROWS: usize = 8;
-
 /// Rows (tokens) from which [`MatmulPath::Auto`] takes the tensor-core kernels, where the shape
 /// allows them (below, the CUDA-core kernels are faster; docs/PERFORMANCE.md, "Tensor-core fused
 /// products"). For widths whose members units tile ([`crate::cuda::tile_order::tiles_columns`])
@@ -81,9 +79,6 @@ pub const TC_MIN_ROWS: usize = 3;
 /// Up to 32 rows DF11 would gain 1.2-1.3x from the streaming kernel, but a BF16 model would lose
 /// 2-2.4x to its twin; 16 keeps BF16 on cuBLAS above 16 rows.
 pub const TC_MAX_ROWS: usize = 16;
-
-/// Most rows one tensor-core launch handles (four 16-row m-tiles).
-pub const TC_LIMIT_ROWS: usize = 64;
 
 /// The fused kernel family a product takes (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,10 +191,18 @@ pub fn warpgroup_takes(rows: usize, cols: usize, device: &Device) -> bool {
     false
 }
 
-/// Whether the tensor-core kernels take a weight with `cols` columns: whole 256-column passes,
-/// and at most 256 chunks of 2048.
-pub(crate) fn tc_shape(cols: usize) -> bool {
-    cols > 0 && cols.is_multiple_of(256) && cols <= 2048 * 256
+/// Whether `x` can go through a fused kernel for a weight with `in_features` columns, and which
+/// ([`fused_plan`]).
+#[cfg(feature = "cuda")]
+pub(crate) fn fused_kernel(x: &candle_core::Tensor, in_features: usize) -> Option<FusedKernel> {
+    if x.dtype() != candle_core::DType::BF16
+        || !in_features.is_multiple_of(8)
+        || x.dims().last() != Some(&in_features)
+    {
+        return None;
+    }
+    let rows = x.elem_count() / in_features.max(1);
+    fused_plan(rows, in_features, x.device())
 }
 
 /// Whether `device` has the mma.sync BF16 instructions (compute capability 8.0 or newer).

@@ -38,6 +38,7 @@
 //!   op wrapper, `push_args!`).
 
 mod exponent_walk;
+pub(crate) mod limits;
 pub mod matmul;
 pub mod packed;
 pub mod segments;
@@ -52,7 +53,7 @@ pub(crate) mod fused;
 pub(crate) mod gpu_pack;
 #[cfg(feature = "cuda")]
 #[doc(hidden)]
-pub use gpu_pack::build_on_gpu_to_host;
+pub use unit::build_on_gpu_to_host;
 #[cfg(feature = "cuda")]
 pub(crate) mod launch;
 #[cfg(feature = "cuda")]

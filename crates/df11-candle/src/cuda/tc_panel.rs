@@ -19,7 +19,7 @@ use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::packed_kernels::PackedBuffers;
 use crate::cuda::pdl::{self, RawArgs};
 use crate::cuda::setting::Setting;
-use crate::cuda::tc::TcTiling;
+use crate::cuda::tc::tiling::TcTiling;
 
 const MODULE: Module = fatbin_module!("df11_tc_panel");
 /// Row groups a launch may have: the counters a device keeps per host thread.
@@ -29,7 +29,7 @@ pub(crate) const MAX_GROUPS: usize = 1 << 16;
 const DF11_RING_BYTES: usize = 8 * 2 * 3120;
 const TWIN_RING_BYTES: usize = 8 * 2 * 4096;
 /// The DF11 kernels' static escape table (the streaming kernels' `ts_tab`).
-const TABLE_BYTES: usize = crate::cuda::tc::STREAM_TABLE_BYTES;
+const TABLE_BYTES: usize = crate::cuda::tc::tiling::STREAM_TABLE_BYTES;
 
 /// `DF11_TC_PANEL` (`off`, the default, or `on`): whether the panel kernels take the products
 /// they can (tiled DF11 members in whole chunks, stacked or not, and every twin product). Off by

@@ -13,7 +13,7 @@ use crate::cuda::launch::{launch_config_in, smem_per_block_optin};
 use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::pdl::{self, RawArgs};
 use crate::cuda::setting::Setting;
-use crate::cuda::tc::TcTiling;
+use crate::cuda::tc::tiling::TcTiling;
 use crate::cuda::tc_panel::{self, PanelMatrix};
 
 const BUILT: Module = fatbin_module!("df11_tc_wg");
@@ -44,7 +44,7 @@ fn module() -> candle_core::Result<Module> {
 const DF11_RING_BYTES: usize = 4 * 4 * 3120;
 const TWIN_RING_BYTES: usize = 4 * 4 * 4096;
 /// The DF11 kernels' static escape table (the streaming kernels' `ts_tab`).
-const TABLE_BYTES: usize = crate::cuda::tc::STREAM_TABLE_BYTES;
+const TABLE_BYTES: usize = crate::cuda::tc::tiling::STREAM_TABLE_BYTES;
 /// `WG_HEAD` bytes of barriers, flags and counters before the x slots.
 const HEAD_BYTES: usize = 512;
 
@@ -59,7 +59,7 @@ fn x_slots(n: usize) -> usize {
 
 /// Most rows of x a launch takes: the tensor-core limit (`N` = 64; 65 to 128 rows would need a
 /// kernel with N = 128 and that limit raised).
-pub(crate) const WG_LIMIT_ROWS: usize = crate::cuda::matmul::TC_LIMIT_ROWS;
+pub(crate) const WG_LIMIT_ROWS: usize = crate::cuda::limits::TC_LIMIT_ROWS;
 
 /// Rows of x from which `on` takes the warpgroup kernels (where they run).
 pub(crate) const WG_MIN_ROWS: usize = 9;

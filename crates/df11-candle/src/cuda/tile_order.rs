@@ -124,7 +124,7 @@ impl TileOrder {
         let (rows, cols) = shape?;
         let fits = rows > 0
             && rows.is_multiple_of(8)
-            && crate::cuda::matmul::tc_shape(cols)
+            && crate::cuda::limits::tc_shape(cols)
             && rows.checked_mul(cols) == Some(member.len())
             && member.start.is_multiple_of(256)
             && u32::try_from(member.end).is_ok();

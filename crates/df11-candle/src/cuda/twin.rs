@@ -9,10 +9,10 @@ use candle_core::{CudaStorage, DType, Layout, Shape, Tensor};
 use half::bf16;
 
 use crate::cuda::launch::{
-    apply_rows, bf16_view, cuda_only_op, fused_kernel, gemv_name, launch_config, maxb_for,
-    push_args, CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE,
+    apply_rows, bf16_view, cuda_only_op, gemv_name, launch_config, maxb_for, push_args, CudaOp2,
+    CudaOut, Tiling, CHUNK_WIDTH, MODULE,
 };
-use crate::cuda::matmul::{FusedKernel, FUSED_LIMIT_ROWS};
+use crate::cuda::matmul::{fused_kernel, FusedKernel, FUSED_LIMIT_ROWS};
 use crate::cuda::tc::TwinTcOp;
 
 /// `x · wᵀ (+ bias)` through a BF16 twin kernel, when `w` is a BF16 CUDA matrix and `x` may take

@@ -208,7 +208,7 @@ impl Module for Df11Linear {
             Weight::Compressed(s) => {
                 let (rows, cols) = s.shape;
                 let base = s.elements.start;
-                if let Some(kernel) = crate::cuda::launch::fused_kernel(x, cols) {
+                if let Some(kernel) = crate::cuda::matmul::fused_kernel(x, cols) {
                     return crate::cuda::launch::apply_rows(
                         x,
                         cols,
@@ -225,7 +225,7 @@ impl Module for Df11Linear {
             }
             Weight::Stacked(slices) => {
                 let cols = slices[0].shape.1;
-                if let Some(kernel) = crate::cuda::launch::fused_kernel(x, cols) {
+                if let Some(kernel) = crate::cuda::matmul::fused_kernel(x, cols) {
                     let parts = slices
                         .iter()
                         .map(|s| {

@@ -7,15 +7,12 @@ use std::sync::OnceLock;
 
 use candle_core::cuda_backend::CudaDevice;
 
-use super::TcTiling;
+use super::tiling::{TcTiling, STREAM_TABLE_BYTES};
 use crate::cuda::launch::{launch_config_in, resident_ctas, smem_per_block_optin};
 use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::setting::Setting;
 
 const STREAM_MODULE: Module = fatbin_module!("df11_tc_stream");
-/// The streaming DF11 kernel's escape table (`TS_TABLE_BYTES` of kernels/df11_escape_table.cuh:
-/// 4096 + 16 words, static shared memory).
-pub(crate) const STREAM_TABLE_BYTES: usize = 4 * (4096 + 16);
 /// A stage of the streaming kernels: `TS_STAGE` bytes (DF11) or `TS_TWIN_STAGE` (twin); each of
 /// the 8 warps of a CTA has `TS_DEPTH` (2) of them (kernels/df11_tc_stream.cu).
 const STREAM_STAGE_BYTES: usize = 3120;
