@@ -26,7 +26,11 @@ use crate::error::{Df11Error, Result, UnitDefect};
 use crate::format::unit::{UnitLayout, UnitTensors};
 
 mod host;
+mod stream_decode;
+
 pub(crate) use host::HostExponents;
+pub use stream_decode::build_on_gpu_to_host;
+use stream_decode::decode_stream;
 
 const MODULE: Module = fatbin_module!("df11_decode");
 const KERNEL: &str = "df11_decode";
@@ -445,59 +449,5 @@ impl CudaUnit {
             "GPU decode reported: {}",
             what.join("; ")
         )))
-    }
-}
-
-/// A validated unit's whole stream decoded on `device` by the block kernel (its Huffman form
-/// uploaded straight from the file's bytes), the kernel's status word read: what the GPU build
-/// of the packed form ([`crate::cuda::gpu_pack::build`]) starts from.
-fn decode_stream(
-    device: &CudaDevice,
-    name: &str,
-    t: &UnitTensors<'_>,
-    layout: &UnitLayout,
-    sign_mantissa: (&CudaStorage, &Layout),
-) -> Result<CudaStorage> {
-    use crate::load_profile::{timed, Phase};
-    let settle = || {
-        let _ = device.cuda_stream().synchronize();
-    };
-    let bytes = t.encoded_exponent.len() + t.gaps.len() + t.output_positions.len();
-    let huffman = timed(Phase::UploadExponents, bytes, settle, || {
-        CudaUnit::huffman_without_index(device, t, layout)
-    })?;
-    timed(Phase::GpuDecode, 2 * layout.n_elements, settle, || {
-        let (storage, _) =
-            huffman.decode(sign_mantissa.0, sign_mantissa.1, layout, 0..layout.n_blocks)?;
-        huffman
-            .check_status()
-            .map_err(|defect| crate::cuda::gpu_pack::refused(name, defect))?;
-        Ok(storage)
-    })
-}
-
-/// The GPU build of a validated unit's packed form (members `orders` tiles in the tile order),
-/// copied back to the host with its `sign_mantissa` where a member is tiled: `Ok(None)` where
-/// there is none. For the GPU suite's comparison with [`crate::cuda::packed::PackedExponents::build`].
-#[doc(hidden)]
-pub fn build_on_gpu_to_host(
-    device: &CudaDevice,
-    t: &UnitTensors<'_>,
-    layout: &UnitLayout,
-    orders: &[Option<TileOrder>],
-) -> Result<Option<(crate::cuda::packed::PackedExponents, Option<Vec<u8>>)>> {
-    let sm = device.clone_htod(t.sign_mantissa)?;
-    let storage = CudaStorage::wrap_cuda_slice(sm, device.clone());
-    let sm_layout = Layout::contiguous(t.sign_mantissa.len());
-    let decode = || decode_stream(device, "<unit>", t, layout, (&storage, &sm_layout));
-    match crate::cuda::gpu_pack::build(device, "<unit>", t, layout, orders, &decode)? {
-        Some(p) => {
-            let sm = match &p.sign_mantissa {
-                Some(s) => Some(device.clone_dtoh(s)?),
-                None => None,
-            };
-            Ok(Some((p.to_host(device)?, sm)))
-        }
-        None => Ok(None),
     }
 }

@@ -17,6 +17,7 @@
 //! (`DecoderLayer::step`) and, unless turned off, is captured as a CUDA graph per batch size
 //! and replayed (`crate::graph`). Both give the same tokens and logits, bit for bit.
 
+mod checks;
 mod eager;
 #[cfg(feature = "cuda")]
 mod kernel_step;
@@ -78,41 +79,6 @@ pub struct DecoderModel {
     caches: Option<Caches>,
 }
 
-/// The config's layer count against the weights: a weight of a layer at or past
-/// `num_hidden_layers` is an [`LlmError::InvalidConfig`] naming it (a layer the weights lack is
-/// a missing tensor when it loads). Other tensors outside the decoder (a vision tower, say)
-/// are not the decoder's to judge.
-fn check_layer_weights(spec: &ModelSpec, weights: &ModelWeights) -> Result<()> {
-    let prefix = format!("{}.layers.", spec.names.model);
-    let layers = spec.layers.len();
-    let unused: Vec<String> = weights
-        .names()
-        .into_iter()
-        .filter(|name| {
-            let index = name
-                .strip_prefix(&prefix)
-                .and_then(|rest| rest.split('.').next());
-            index
-                .and_then(|i| i.parse::<usize>().ok())
-                .is_some_and(|i| i >= layers)
-        })
-        .collect();
-    if unused.is_empty() {
-        return Ok(());
-    }
-    const SHOWN: usize = 4;
-    let mut listed = unused[..unused.len().min(SHOWN)].join(", ");
-    if unused.len() > SHOWN {
-        listed.push_str(&format!(" and {} more", unused.len() - SHOWN));
-    }
-    Err(LlmError::config(
-        weights.dir().join("config.json"),
-        format!(
-            "num_hidden_layers is {layers}, but the weights hold layers past it, which the config does not use: {listed}"
-        ),
-    ))
-}
-
 impl DecoderModel {
     /// Builds the model of `spec` from `weights` (DF11 or dense) on the weights' device;
     /// `progress` counts layers.
@@ -146,7 +112,7 @@ impl DecoderModel {
         if let Some(problem) = spec.problem() {
             return Err(LlmError::Usage(format!("model spec: {problem}")));
         }
-        check_layer_weights(&spec, weights)?;
+        checks::check_layer_weights(&spec, weights)?;
         let offloaded = placement.offloaded();
         let placement = Placement::from_segments(placement.segments().to_vec(), spec.layers.len())?
             .with_offloaded(offloaded)?;

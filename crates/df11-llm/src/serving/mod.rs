@@ -4,10 +4,13 @@
 //! reports. The `df11-server` crate puts HTTP in front of it; the CLI runs batches of prompts
 //! and the chat through it.
 
+mod batch_loop;
 pub mod metrics;
+pub mod request;
 pub mod scheduler;
 pub mod stop;
 
 pub use metrics::Metrics;
-pub use scheduler::{Event, EventSink, FinishReason, ModelInfo, Request, Scheduler, SubmitError};
+pub use request::{Event, EventSink, FinishReason, ModelInfo, Request, SubmitError};
+pub use scheduler::Scheduler;
 pub use stop::StopText;

@@ -1,0 +1,65 @@
+//! The unit's stream decoded on the GPU by the block kernel, from the file's bytes: what the GPU
+//! build of the packed form starts from (`crate::cuda::gpu_pack`), and that build copied back to
+//! the host for the GPU suite.
+
+use candle_core::cuda_backend::CudaDevice;
+use candle_core::{CudaStorage, Layout};
+
+use super::CudaUnit;
+use crate::cuda::tile_order::TileOrder;
+use crate::error::Result;
+use crate::format::unit::{UnitLayout, UnitTensors};
+
+/// A validated unit's whole stream decoded on `device` by the block kernel (its Huffman form
+/// uploaded straight from the file's bytes), the kernel's status word read: what the GPU build
+/// of the packed form ([`crate::cuda::gpu_pack::build`]) starts from.
+pub(super) fn decode_stream(
+    device: &CudaDevice,
+    name: &str,
+    t: &UnitTensors<'_>,
+    layout: &UnitLayout,
+    sign_mantissa: (&CudaStorage, &Layout),
+) -> Result<CudaStorage> {
+    use crate::load_profile::{timed, Phase};
+    let settle = || {
+        let _ = device.cuda_stream().synchronize();
+    };
+    let bytes = t.encoded_exponent.len() + t.gaps.len() + t.output_positions.len();
+    let huffman = timed(Phase::UploadExponents, bytes, settle, || {
+        CudaUnit::huffman_without_index(device, t, layout)
+    })?;
+    timed(Phase::GpuDecode, 2 * layout.n_elements, settle, || {
+        let (storage, _) =
+            huffman.decode(sign_mantissa.0, sign_mantissa.1, layout, 0..layout.n_blocks)?;
+        huffman
+            .check_status()
+            .map_err(|defect| crate::cuda::gpu_pack::refused(name, defect))?;
+        Ok(storage)
+    })
+}
+
+/// The GPU build of a validated unit's packed form (members `orders` tiles in the tile order),
+/// copied back to the host with its `sign_mantissa` where a member is tiled: `Ok(None)` where
+/// there is none. For the GPU suite's comparison with [`crate::cuda::packed::PackedExponents::build`].
+#[doc(hidden)]
+pub fn build_on_gpu_to_host(
+    device: &CudaDevice,
+    t: &UnitTensors<'_>,
+    layout: &UnitLayout,
+    orders: &[Option<TileOrder>],
+) -> Result<Option<(crate::cuda::packed::PackedExponents, Option<Vec<u8>>)>> {
+    let sm = device.clone_htod(t.sign_mantissa)?;
+    let storage = CudaStorage::wrap_cuda_slice(sm, device.clone());
+    let sm_layout = Layout::contiguous(t.sign_mantissa.len());
+    let decode = || decode_stream(device, "<unit>", t, layout, (&storage, &sm_layout));
+    match crate::cuda::gpu_pack::build(device, "<unit>", t, layout, orders, &decode)? {
+        Some(p) => {
+            let sm = match &p.sign_mantissa {
+                Some(s) => Some(device.clone_dtoh(s)?),
+                None => None,
+            };
+            Ok(Some((p.to_host(device)?, sm)))
+        }
+        None => Ok(None),
+    }
+}
