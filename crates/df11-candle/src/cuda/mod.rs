@@ -37,50 +37,57 @@
 //! - `launch`: what every launch shares (grid sizing, tiling, argument checks, the CUDA-only
 //!   op wrapper, `push_args!`).
 
-mod exponent_walk;
-pub(crate) mod limits;
-pub mod matmul;
-pub mod packed;
-pub mod segments;
-pub(crate) mod setting;
-pub mod tile_order;
+pub(crate) mod forms;
+#[cfg(feature = "cuda")]
+pub(crate) mod llm;
+pub(crate) mod products;
+pub(crate) mod runtime;
 
+// The modules by their plain names (`crate::cuda::launch`, `df11_candle::cuda::packed`, ...).
+pub(crate) use forms::exponent_walk;
 #[cfg(feature = "cuda")]
-pub mod decode_step;
+pub(crate) use forms::gpu_pack;
+pub use forms::packed;
+pub use forms::segments;
 #[cfg(feature = "cuda")]
-pub(crate) mod fused;
+pub(crate) use forms::staged_copy;
+pub use forms::tile_order;
 #[cfg(feature = "cuda")]
-pub(crate) mod gpu_pack;
+pub(crate) use forms::unit;
 #[cfg(feature = "cuda")]
-#[doc(hidden)]
-pub use unit::build_on_gpu_to_host;
+pub(crate) use forms::upload;
 #[cfg(feature = "cuda")]
-pub(crate) mod launch;
+pub use llm::decode_step;
 #[cfg(feature = "cuda")]
-pub mod llm_ops;
+pub use llm::llm_ops;
 #[cfg(feature = "cuda")]
-pub(crate) mod module;
+pub use llm::prefill_attention;
 #[cfg(feature = "cuda")]
-pub(crate) mod packed_kernels;
+pub(crate) use products::fused;
+pub(crate) use products::limits;
+pub use products::matmul;
 #[cfg(feature = "cuda")]
-pub(crate) mod pdl;
+pub(crate) use products::packed_kernels;
 #[cfg(feature = "cuda")]
-pub(crate) mod tc_panel;
+pub(crate) use products::tc;
 #[cfg(feature = "cuda")]
-pub(crate) mod tc_wg;
+pub(crate) use products::tc_panel;
+#[cfg(feature = "cuda")]
+pub(crate) use products::tc_wg;
+#[cfg(feature = "cuda")]
+pub(crate) use products::twin;
+#[cfg(feature = "cuda")]
+pub(crate) use runtime::launch;
+#[cfg(feature = "cuda")]
+pub(crate) use runtime::module;
+#[cfg(feature = "cuda")]
+pub(crate) use runtime::pdl;
+pub(crate) use runtime::setting;
+#[cfg(feature = "cuda")]
+pub use runtime::streams;
+
 #[cfg(feature = "cuda")]
 pub use pdl::set_pdl;
 #[cfg(feature = "cuda")]
-pub mod prefill_attention;
-#[cfg(feature = "cuda")]
-pub(crate) mod staged_copy;
-#[cfg(feature = "cuda")]
-pub mod streams;
-#[cfg(feature = "cuda")]
-pub(crate) mod tc;
-#[cfg(feature = "cuda")]
-pub(crate) mod twin;
-#[cfg(feature = "cuda")]
-pub(crate) mod unit;
-#[cfg(feature = "cuda")]
-pub(crate) mod upload;
+#[doc(hidden)]
+pub use unit::build_on_gpu_to_host;

@@ -1,6 +1,6 @@
 //! A process-wide choice among a few named values: set by its setter, else read once from an
-//! environment variable, else the default. [`matmul`](super::matmul)'s path and
-//! [`packed`](super::packed)'s exponent form are two.
+//! environment variable, else the default. [`matmul`](crate::cuda::matmul)'s path and
+//! [`packed`](crate::cuda::packed)'s exponent form are two.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 

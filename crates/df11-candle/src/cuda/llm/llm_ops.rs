@@ -288,9 +288,9 @@ impl CudaOp2 for RmsNormOp {
     }
 }
 
-pub use super::decode_step::{
+pub use crate::cuda::decode_step::{
     add_rms_norm_bf16, flash_decode, flash_decode_splits, qk_norm_rope_kv, HeadNorm,
 };
-pub use super::prefill_attention::{
+pub use crate::cuda::prefill_attention::{
     prefill_attention, prefill_attention_runs, prefill_attention_supports, PromptAt,
 };

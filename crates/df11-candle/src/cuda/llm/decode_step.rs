@@ -368,7 +368,7 @@ pub fn flash_decode(
 
 /// The residual add and the next RMSNorm in one launch: `residual = bf16(residual + h)` in place,
 /// then returns `w * bf16(residual * rsqrt(mean(residual²) + eps))` (the arithmetic of
-/// [`super::llm_ops::rms_norm_bf16`], bit for bit). `residual` must be a contiguous BF16 CUDA
+/// [`crate::cuda::llm_ops::rms_norm_bf16`], bit for bit). `residual` must be a contiguous BF16 CUDA
 /// tensor that nothing else reads; `h` of its shape; `w` of its last dimension.
 pub fn add_rms_norm_bf16(
     residual: &Tensor,

@@ -1,6 +1,6 @@
 //! What the fused product kernels can take at all: rows a launch and the shapes of the
 //! tensor-core kernels. The bottom of the CUDA modules' imports: the launch checks, the tile
-//! order, the kernels and the plan ([`super::matmul`]) all read these.
+//! order, the kernels and the plan ([`crate::cuda::matmul`]) all read these.
 
 /// Most rows one CUDA-core fused launch handles (the kernel keeps one accumulator per row in
 /// registers).

@@ -1,5 +1,5 @@
 //! Ordering work between CUDA streams with raw driver events, the host never waiting: between
-//! a device's compute stream and its copy stream ([`super::upload`]), and between the streams
+//! a device's compute stream and its copy stream ([`crate::cuda::upload`]), and between the streams
 //! of two devices (a split model hands activations from one GPU to the next).
 //!
 //! cudarc's cross-context copy waits for the source's stream, but the source's stream does

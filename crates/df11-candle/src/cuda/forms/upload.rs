@@ -181,7 +181,7 @@ impl Staging {
         // SAFETY: the buffer is written by the copy before anything reads it (the compute
         // stream waits for `ready` first).
         let dst = unsafe { self.device.alloc::<T>(values.len()) }?;
-        super::streams::order(
+        crate::cuda::streams::order(
             (compute.context(), compute.cu_stream()),
             (compute.context(), self.stream.0),
         )?;
