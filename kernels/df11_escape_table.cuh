@@ -1,8 +1,8 @@
 // THE ESCAPE TABLE of the packed form's codes (df11_packed.cuh): eight codes with their escapes -> eight exponents in
 // a few instructions. Used by the streaming, panel and warpgroup tensor-core kernels (df11_tc_stream.cuh). (The tiled
 // decode kernel of df11_packed.cu decoding through it, the table copied into each CTA, measured slower than its own
-// arithmetic decode: 0.252 against 0.234 ms of decode a Qwen3-8B layer, H200, session 22; not profiled.)
-// Written for this project.
+// arithmetic decode: 0.252 against 0.234 ms of decode a Qwen3-8B layer, H200, docs/PERFORMANCE.md, 2026-11-28; not
+// profiled.) Written for this project.
 
 #pragma once
 #include <stdint.h>

@@ -129,7 +129,7 @@ __device__ __forceinline__ void fg_fuse4(uint32_t s, uint32_t e, uint32_t& lo, u
 // Each byte of e rotated right by one bit (exponent bits 7..1 in bits 6..0, bit 0 in bit 7): the form fg_fuse4_rot
 // takes. A kernel that decodes many weights per exponent word it loads (the member's table, a lane's held escapes)
 // rotates those once, and each four weights then cost two bit selects and two permutes instead of six instructions
-// (the streaming kernels' pass loop, docs/PERFORMANCE.md, session 22).
+// (the streaming kernels' pass loop, docs/PERFORMANCE.md, 2026-11-28).
 __device__ __forceinline__ uint32_t fg_rot(uint32_t e) { return fg_select80(e >> 1, e << 7); }
 __device__ __forceinline__ unsigned long long fg_rot64(unsigned long long e) {
     return ((unsigned long long)fg_rot((uint32_t)(e >> 32)) << 32) | fg_rot((uint32_t)e);

@@ -3,7 +3,7 @@
 // rows of x. They follow THE TC SUMMATION CONTRACT of df11_tc.cu unchanged (same items, same mma order, same partial
 // sums added in the same order), so they are bit-identical to the other tensor-core kernels. Written for this project.
 //
-// Why (docs/PERFORMANCE.md, session 16): in df11_tc_stream.cu the 8 warps of a CTA take the items of one row group, so
+// Why (docs/PERFORMANCE.md, 2026-11-27): in df11_tc_stream.cu the 8 warps of a CTA take the items of one row group, so
 // they read different columns of x, and every row group reads all of x again: at 16-64 rows of x that is 1.0-3.4 GB of
 // L2-to-SM traffic a Qwen3-8B layer against 0.27 GB of DF11 weights. Here a CTA's TASK is one item j of a PANEL of 8
 // row groups: warp w takes row group 8 panel + w, all 8 warps read the same columns of x at about the same time, and x

@@ -267,7 +267,7 @@ __device__ __forceinline__ void tc_stream(const FgPacked& pk, const TsTables& ta
 
 // 2 CTAs per SM where the shared memory allows (the host's grid follows, tc/stream.rs). TS_LOW_CTAS: the DF11 kernel
 // of 8 rows or fewer compiled for more, for measurements (3: 80 registers with spills, 0.134 against 0.112 ms a
-// Qwen3-8B layer at 1 row, H200, docs/PERFORMANCE.md session 22; the host launches what the driver says fits).
+// Qwen3-8B layer at 1 row, H200, docs/PERFORMANCE.md, 2026-11-28; the host launches what the driver says fits).
 #ifndef TS_LOW_CTAS
 #define TS_LOW_CTAS 2
 #endif

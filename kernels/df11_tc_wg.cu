@@ -4,7 +4,7 @@
 // slots, same partial sums added in the same order), so they are bit-identical to every other tensor-core kernel.
 // Written for this project.
 //
-// Why (docs/PERFORMANCE.md, sessions 16-20): above 8 rows the mma.sync kernels spend their issue slots on x: every
+// Why (docs/PERFORMANCE.md, 2026-11-27 and 28): above 8 rows the mma.sync kernels spend their issue slots on x: every
 // 16 rows of x are another A fragment per weight fragment, loaded and moved per row group. Here the WEIGHTS are the A
 // operand: a warp decodes two row groups (rows g and g + 8 of an m64 tile's 16) into A registers, as the streaming
 // kernel decodes one, and a warpgroup's four warps issue one wgmma m64nNk16 per pass and accumulator, whose B operand
@@ -29,7 +29,7 @@
 // PIPELINE, DECODE, ESCAPES: df11_tc_stream.cu's (a warp's stages by cp.async, two per sub-step here: its two row
 // groups; escapes held in a register when every lane's fit, else read from global memory; df11_tc_stream.cuh).
 //
-// STATUS (docs/PERFORMANCE.md, session 21): bit-identical to the other kernels (tc_exact), but slower than the
+// STATUS (docs/PERFORMANCE.md, 2026-11-28): bit-identical to the other kernels (tc_exact), but slower than the
 // streaming and panel kernels at every row count so far, even with its wgmma removed (-DWG_NO_MMA): the weight
 // pipeline, not the tensor cores, limits it. Off by default (DF11_TC_WG).
 //
@@ -223,7 +223,7 @@ __device__ __forceinline__ void tc_wg(const FgPacked& pk, const TsTables& tabs, 
     if (tid == 0) {
         // A loop, not unrolled: unrolled (XD = 4), the compiler predicated the inits into every warp's uniform
         // datapath, which compute-sanitizer racecheck then attributed to other threads at unrelated addresses
-        // (thousands of false write-after-write reports against the table's copy, df11_tc_wg_64 only; session 23).
+        // (thousands of false write-after-write reports against the table's copy, df11_tc_wg_64 only; be4b14e).
 #pragma unroll 1
         for (int d = 0; d < XD; ++d) wg_bar_init(xfull + d, 1);
         wg_bar_init_fence();
@@ -289,7 +289,7 @@ __device__ __forceinline__ void tc_wg(const FgPacked& pk, const TsTables& tabs, 
 #endif
                 // This pass's wgmma done before the next decode: the compiler takes a wgmma's A registers as read
                 // at its issue and may decode the next pass into them while it runs (wait_group 1 and a use of the
-                // registers after it still gave wrong sums; measured, docs/PERFORMANCE.md session 21).
+                // registers after it still gave wrong sums; measured, docs/PERFORMANCE.md, 2026-11-28).
                 wg_wait<0>();
                 if (lane == 0) {
                     volatile uint32_t* done = xcnt + slot;

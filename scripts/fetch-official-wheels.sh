@@ -3,7 +3,7 @@
 # PyTorch, cupy, accelerate and safetensors but no network): dfloat11 0.5.0, dahuffman 0.4.2,
 # the transformers 4.51 line with the tokenizers and huggingface_hub it accepts, and a setuptools
 # that still has pkg_resources (dfloat11 imports it) (~15 MB) into
-# .whl/ (ignored by git; name it in the device call's carry). There, before
+# .whl/ (ignored by git; copy it to the GPU machine with the repository). There, before
 # scripts/official-bench.py:
 #     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
 #     export PYTHONPATH=/tmp/site

@@ -32,8 +32,8 @@ fi
 # The driver compiles the kernels' PTX at a process's first use of them and caches the result for
 # the machine (~/.nv/ComputeCache): on a fresh machine the first timed row (DF11) would pay ~3 s of
 # it in its load and warm the cache for the rows after it. One short untimed run of each format
-# first, so that every row's load is a load (E2E_COLD=1 skips it; docs/PERFORMANCE.md, session
-# 16, has the cold figures).
+# first, so that every row's load is a load (E2E_COLD=1 skips it; docs/PERFORMANCE.md,
+# 2026-11-27, has the cold figures).
 if [ -z "${E2E_COLD:-}${E2E_OFFICIAL_ONLY:-}" ]; then
   for fmt in df11 bf16; do
     flag=""; [ "$fmt" = bf16 ] && flag="--bf16"
@@ -50,8 +50,8 @@ bench() {  # <label> <args...>
     echo "bench $label failed"; grep -v "^ *[0-9]*: \|^ *at " "$LOG/bench.err" | tail -3
   fi
 }
-# E2E_OFFICIAL_ONLY=1: only the official runtime rows (a second call on the same warm machine,
-# carrying .whl/ alone: the suite and the wheels together pass the 64 MiB a call carries).
+# E2E_OFFICIAL_ONLY=1: only the official runtime rows (e.g. a later run on the same machine, the
+# model's folder already made, once .whl/ is there too).
 if [ -z "${E2E_OFFICIAL_ONLY:-}" ]; then
   batches=${E2E_BATCHES:-"1 8"}; [ -n "${E2E_QUICK:-}" ] && batches=1
   # E2E_FORMATS="df11" runs our DF11 rows only (the BF16 and stock rows need the time).
@@ -75,9 +75,9 @@ if [ -z "${E2E_OFFICIAL_ONLY:-}" ]; then
     # its prefill tok/s against the first row's, and the same tokens.
     DF11_DECODE_AHEAD=1 bench "df11 b1 ctx512 decode-ahead" --model-dir "$WORK/df11"
     # The prompt's attention the other ways (DecodeOptions::prompt_attention; the default is
-    # the flash kernel): candle's matmul attention for DF11 and BF16 (the path before session
-    # 9), and the flash-decoding kernel. Prefill tok/s; the tokens may differ from the default
-    # rows' (another summation order), DF11 == BF16 within each setting.
+    # the flash kernel): candle's matmul attention for DF11 and BF16 (the path before 5aa0729),
+    # and the flash-decoding kernel. Prefill tok/s; the tokens may differ from the default rows'
+    # (another summation order), DF11 == BF16 within each setting.
     DF11_PROMPT_ATTENTION=matmul bench "df11 b1 ctx512 matmul-prompt" --model-dir "$WORK/df11"
     DF11_PROMPT_ATTENTION=matmul bench "bf16 b1 ctx512 matmul-prompt" --model-dir "$WORK/bf16" --bf16
     DF11_PROMPT_ATTENTION=flash-decoding bench "df11 b1 ctx512 flash-decoding-prompt" --model-dir "$WORK/df11"
@@ -93,7 +93,7 @@ if [ -z "${E2E_OFFICIAL_ONLY:-}" ]; then
     done
   }
   # E2E_ROW_ORDER=1: the layers' linears kept in row order (DF11_TILE=off, the default before
-  # session 11: the CUDA-core kernels at 1-2 rows, for the BF16 rows too); DF11 == BF16 tokens.
+  # 739e540: the CUDA-core kernels at 1-2 rows, for the BF16 rows too); DF11 == BF16 tokens.
   [ -n "${E2E_ROW_ORDER:-}" ] && pair DF11_TILE=off row-order
   # E2E_NO_STACK=1: q/k/v and gate/up loaded one by one (DF11_STACK=off).
   [ -n "${E2E_NO_STACK:-}" ] && pair DF11_STACK=off no-stack
@@ -101,8 +101,8 @@ if [ -z "${E2E_OFFICIAL_ONLY:-}" ]; then
   # dependent launches off (DF11_PDL=off).
   [ -n "${E2E_NO_STREAM:-}" ] && pair DF11_TC_STREAM=off no-stream
   [ -n "${E2E_NO_PDL:-}" ] && pair DF11_PDL=off no-pdl
-  # E2E_STEPS2=1: batch 8 with two sub-steps per item (DF11_TC_STEPS=2, the split before session
-  # 12; the default takes four at 3-16 rows on tiled widths), DF11 and BF16.
+  # E2E_STEPS2=1: batch 8 with two sub-steps per item (DF11_TC_STEPS=2, the split before
+  # 939a357; the default takes four at 3-16 rows on tiled widths), DF11 and BF16.
   if [ -n "${E2E_STEPS2:-}" ]; then
     DF11_TC_STEPS=2 bench "df11 b8 ctx512 steps2" --model-dir "$WORK/df11" --batch 8
     DF11_TC_STEPS=2 bench "bf16 b8 ctx512 steps2" --model-dir "$WORK/bf16" --bf16 --batch 8

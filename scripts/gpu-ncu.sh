@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ncu counters of the streaming tensor-core kernels at several rows of x (docs/PERFORMANCE.md,
-# session 13): packs tc_probe from the CUDA build (scripts/gpu-suite.sh or scripts/gpu-tc.sh
-# built it) into .gpu/ncu. On the GPU machine (device tool, carry [".gpu/ncu"]):
+# 2026-11-27): packs tc_probe from the CUDA build (scripts/gpu-suite.sh or scripts/gpu-tc.sh
+# built it) into .gpu/ncu. Copy .gpu/ncu/ to the GPU machine and run, from the folder that holds
+# .gpu/:
 #     ROWS="1 8 16 32" bash .gpu/ncu/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

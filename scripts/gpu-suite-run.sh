@@ -2,10 +2,11 @@
 # The GPU suite, step 2: runs on the GPU machine from the repository root (see scripts/gpu-suite.sh).
 set -uo pipefail
 SUITE=.gpu/suite
-# Logs are written here and packed into one file, $OUT/suite-logs.tgz, at the end or when the
-# script is stopped (`timeout 580 bash .gpu/suite/run.sh`: the device tool brings back only a
-# few files of $OUT, and nothing of a command it kills itself). Each summary line is printed as
-# it is reached (and kept in summary.txt), so a stopped run still shows how far it got.
+# Logs are written here and, where OUT names the folder logs go to, packed into one file,
+# $OUT/suite-logs.tgz, at the end or when the script is stopped by a signal (so where something
+# else would kill it at a time limit, run it under a shorter one of its own, e.g.
+# `timeout 580 bash .gpu/suite/run.sh`). Each summary line is printed as it is reached (and kept
+# in summary.txt), so a stopped run still shows how far it got.
 LOG=/tmp/df11-suite-logs
 BIN=/tmp/df11-suite-bin
 rm -rf "$LOG" && mkdir -p "$LOG" "$BIN"
@@ -14,11 +15,11 @@ trap 'pack_logs; exit 124' TERM INT
 # SUITE_PARTS: which parts run (default all): tests (every test binary, and with two GPUs the
 # 8B-shaped split check), sanitize (compute-sanitizer's standard set; SANITIZE=all adds the rest),
 # variants (the settings other than the defaults), bench (gpu_bench). The whole suite takes more
-# than one 10-minute device command on the H200: e.g. SUITE_PARTS="tests sanitize", then
+# than 10 minutes on the H200; to run it in parts: e.g. SUITE_PARTS="tests sanitize", then
 # SUITE_PARTS="variants bench" on the same machine (the binaries stay unpacked).
 PARTS=" ${SUITE_PARTS:-tests sanitize variants bench} "
 part() { [[ $PARTS == *" $1 "* ]]; }
-# Unpacked once per machine and pack (a later call on the same warm machine skips it).
+# Unpacked once per machine and pack (a later run on the same machine skips it).
 sum=$(cksum < "$SUITE/bins.tar.xz")
 if [ "$(cat "$BIN/.pack" 2>/dev/null)" != "$sum" ]; then
   xz -T0 -dc "$SUITE/bins.tar.xz" | tar xf - -C "$BIN"
@@ -35,7 +36,7 @@ note() {  # a summary line: kept, printed now and written to summary.txt
 }
 # Each test binary (plain and variant runs) runs under a timeout (SUITE_TEST_TIMEOUT seconds,
 # default 300: the longest takes ~20 s on an H200), so a hang is a FAIL line and the suite goes
-# on (session 23: a variant run stopped a whole device call); and with a seed of its own
+# on (a hung variant run once stopped the whole suite); and with a seed of its own
 # (DF11_TEST_SEED, read by the tests' common::seed/seeded), printed on a failure to replay it.
 run_seed() { echo $(( (RANDOM << 15) | RANDOM )); }
 failure() {  # <exit status> <seed> <log>: why a run failed, for its summary line
@@ -79,9 +80,10 @@ while read -r name crate; do
 done < "$SUITE/tests.txt"
 
 # With two GPUs, the split at scale too: the fixture split tests passed while the 8B-shaped
-# model's split left one GPU's tokens (a cross-device ordering bug, session 8), so the suite
-# also runs split.sh (scripts/gpu-split-check.sh: 32 steps, graph and no graph, against GPU 0
-# alone; ~1.5 minutes with the model's folder made). SUITE_NO_SPLIT_CHECK=1 skips it.
+# model's split left one GPU's tokens (a cross-device ordering bug, docs/PERFORMANCE.md,
+# 2026-11-26), so the suite also runs split.sh (scripts/gpu-split-check.sh: 32 steps, graph and
+# no graph, against GPU 0 alone; ~1.5 minutes with the model's folder made).
+# SUITE_NO_SPLIT_CHECK=1 skips it.
 if [ "$gpus" -ge 2 ] && [ -z "${SUITE_NO_SPLIT_CHECK:-}${ONLY_SANITIZE:-}" ] && part tests; then
   SPLIT_SETTINGS="X=1" bash "$SUITE/split.sh" > "$LOG/split_check.log" 2>&1
   lines=$(grep -c "first difference" "$LOG/split_check.log")
@@ -140,8 +142,8 @@ if command -v compute-sanitizer > /dev/null; then
   # SANITIZE=all: every tool over the tests of every kernel we ship: decode (block, segment,
   # packed), fused CUDA-core and tensor-core with their twins, the llm ops (df11-llm's unit
   # tests), the decode step's kernels, the graph-captured step of a model (qwen3's harness), the
-  # split and offloaded model, the GPU pack build. The four tools take more than one 10-minute
-  # device command: SANITIZE_TOOLS="initcheck" and SANITIZE_TARGETS run some of them.
+  # split and offloaded model, the GPU pack build. The four tools take more than 10 minutes
+  # together: SANITIZE_TOOLS="initcheck" and SANITIZE_TARGETS run some of them.
   if [ "${SANITIZE:-}" = all ]; then
     # SANITIZE_TARGETS="a;b:filter;..." (each entry `<binary prefix>[@<crate folder>][:<test
     # filter>]`) picks targets of the list below.
@@ -213,7 +215,7 @@ if [ -z "${ONLY_SANITIZE:-}" ] && part variants; then
   # DF11 == BF16 and the split with it on, where their prompts are long enough for decode +
   # cuBLAS; each model's decode_ahead_is_exact (a 40-token prompt) runs above.
   variant_run decode-ahead DF11_DECODE_AHEAD=1 model@models/qwen3-df11 "df11_logits_equal_bf16 split_layers"
-  # Members in row order (DF11_TILE=off; the tile order is the default since session 11): the
+  # Members in row order (DF11_TILE=off; the tile order is the default since 739e540): the
   # CUDA-core kernels at 1-2 rows, the row-order tensor-core kernel at 3-16, DF11 == BF16; and
   # the streaming kernels off (DF11_TC_STREAM=off): df11_tc.cu's kernels and twin only.
   variant_run row-order DF11_TILE=off modules_exact

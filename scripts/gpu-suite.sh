@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU suite, step 1 (here, no GPU needed): builds every test and bench binary with
 # `--features cuda`, strips and packs them into .gpu/suite/ with scripts/gpu-suite-run.sh.
-# Step 2 (on the GPU machine, through the device tool with carry [".gpu"]):
+# Step 2 (on the GPU machine: a checkout of the same commit with .gpu/suite/ copied into it, from
+# the repository root):
 #     bash .gpu/suite/run.sh
 # which runs every test binary on the GPU, compute-sanitizer memcheck over the decode tests, and
-# the GPU bench, packs its logs into $OUT/suite-logs.tgz and prints a summary (SUITE_PARTS: run.sh's header).
+# the GPU bench, packs its logs into $OUT/suite-logs.tgz where OUT names a folder for the logs, and
+# prints a summary (SUITE_PARTS: run.sh's header).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PREFIX=${CUDA_PREFIX:-/opt/cuda-13.0}
@@ -73,4 +75,4 @@ cp scripts/gpu-split-check.sh "$SUITE/split.sh"
 cp scripts/gpu-test-replay.sh "$SUITE/replay.sh"
 cp scripts/gpu-exit-check.sh "$SUITE/exit.sh"
 du -sh "$SUITE"
-echo "now run on the GPU machine: bash $SUITE/run.sh   (device tool, carry [\".gpu\"])"
+echo "now copy $SUITE/ into a checkout of this commit on the GPU machine and run there: bash $SUITE/run.sh"

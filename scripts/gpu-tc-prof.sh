@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Kernel iteration, profile (on the GPU machine, after .gpu/tc/run.sh; packed by scripts/gpu-tc.sh):
 # stall reasons of the streaming kernels on a Qwen3-8B layer's gate matrix (launch 4 of each kind
-# in tc_probe), and the DF11 kernel's SASS-level counters as CSV under $OUT. BATCH=N: x rows.
+# in tc_probe), and the DF11 kernel's SASS-level counters as CSV under $OUT (the folder logs go
+# to; default /tmp/df11-tc). BATCH=N: x rows.
 B=/tmp/df11-tc-bin
 [ -x $B/tc_probe ] || { mkdir -p $B; xz -dc .gpu/tc/bins.tar.xz | tar xf - -C $B; chmod +x $B/*; }
 OUT=${OUT:-/tmp/df11-tc}

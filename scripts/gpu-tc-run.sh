@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Kernel iteration, step 2 (on the GPU machine; see scripts/gpu-tc.sh). Logs under $OUT.
+# Kernel iteration, step 2 (on the GPU machine; see scripts/gpu-tc.sh). Logs under $OUT, the
+# folder logs go to (default /tmp/df11-tc).
 set -uo pipefail
 LOG=${OUT:-/tmp/df11-tc}
 BIN=/tmp/df11-tc-bin

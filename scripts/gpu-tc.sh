@@ -2,7 +2,7 @@
 # Kernel iteration on the tensor-core products, step 1 (here): packs the tc_exact test binary,
 # tc_probe and gpu_bench (built by `cargo build --release --workspace --features cuda
 # --all-targets --target-dir target/cuda`, as scripts/gpu-suite.sh builds them) into .gpu/tc/
-# with scripts/gpu-tc-run.sh. Step 2, on the GPU machine (device tool, carry [".gpu"]):
+# with scripts/gpu-tc-run.sh. Step 2, on the GPU machine (a checkout with .gpu/tc/ copied in):
 #     bash .gpu/tc/run.sh [tc_probe batches...]
 # runs df11-candle's tc unit tests, tc_exact (plain, then its streaming test under memcheck and
 # racecheck) and tc_probe on a

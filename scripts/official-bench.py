@@ -7,7 +7,7 @@ with CUDA synchronisation). Prints one JSON line.
     python3 scripts/official-bench.py DF11_DIR [--cpu-offload] [--cpu-offload-blocks N]
         [--prompt-tokens 512] [--decode-tokens 64]
 
-It needs what the GPU machine lacks, carried as wheels (scripts/fetch-official-wheels.sh puts
+It needs what the GPU machine lacks, copied there as wheels (scripts/fetch-official-wheels.sh puts
 them in .whl/, then on the GPU machine: `python3 -m pip install -q --no-index --no-deps
 --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site`): dfloat11 0.5.0, dahuffman 0.4.2,
 and the transformers 4.51 line with the tokenizers and huggingface_hub it accepts.

@@ -13,7 +13,7 @@
 // Run (H100/H200): ./mma_identity [TRIALS] [mma]   (mma: the mma.sync forms only, the one mode a -arch=sm_80 build
 // can run). Exit status 0 when every form is bit-identical with the descriptor (lbo 128 = core matrices adjacent in
 // K, sbo 256 = adjacent in M/N) and the swapped descriptor differs. Measured on an H100 and an H200, 2026-11-28
-// (docs/PERFORMANCE.md, session 20): all bit-identical.
+// (docs/PERFORMANCE.md): all bit-identical.
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -124,8 +124,9 @@ impl Engine {
     /// Runs a short prompt ([`WARM_UP_PROMPT`] tokens, long enough for the products that take
     /// decode + cuBLAS) and one decode step in a free slot, then frees it: the first request
     /// then does not pay for loading cuBLAS's kernels, compiling our PTX and capturing the
-    /// batch-1 step graph (its time to first token was ~250 ms on an H100, session 9). Later
-    /// sequences see nothing of it (a slot's cache is read only up to its own length).
+    /// batch-1 step graph (its time to first token was ~250 ms on an H100; docs/PERFORMANCE.md,
+    /// 2026-11-26). Later sequences see nothing of it (a slot's cache is read only up to its own
+    /// length).
     pub fn warm_up(&mut self) -> Result<()> {
         let n = WARM_UP_PROMPT.min(self.max_context().saturating_sub(2));
         if n == 0 || self.running() == self.max_batch() {

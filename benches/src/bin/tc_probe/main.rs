@@ -69,7 +69,7 @@ fn time_graph(dev: &Device, iters: usize, f: impl Fn()) -> anyhow::Result<f64> {
 
 /// The linears of `shapes` (N(0, 0.02) weights): DF11 in the tile order, and their decoded twins.
 /// Leaves members tiled (the engine's default, `DF11_TILE`), so that the products plan as the
-/// engine's do: the sub-steps an item of tiled widths (before session 22 the setting was turned
+/// engine's do: the sub-steps an item of tiled widths (before ecd6e01 the setting was turned
 /// off here, and `layer`'s rows took 2 sub-steps where the engine took 4).
 fn tiled_linears(
     dev: &Device,
