@@ -5,7 +5,7 @@
 
 #define NORM_THREADS 256
 
-// PROGRAMMATIC DEPENDENT LAUNCH (sm_90+; host: crates/df11-candle/src/cuda/pdl.rs). The decode step's kernels are
+// PROGRAMMATIC DEPENDENT LAUNCH (sm_90+; host: crates/df11-candle/src/cuda/runtime/pdl.rs). The decode step's kernels are
 // launched with the PDL attribute where the host can: a kernel's CTAs may then start while the kernel before it still
 // runs, once every CTA of that one has called launch_dependents (all of them do so first). grid_dependency_wait()
 // returns when the kernel before has completed and its writes are visible: each kernel calls it before it reads or

@@ -1,5 +1,5 @@
 //! With the `cuda` feature, compiles `kernels/*.cu` with nvcc to fatbins (SASS and PTX, embedded by
-//! `src/cuda/*.rs` and loaded by `src/cuda/module.rs`).
+//! `src/cuda/*.rs` and loaded by `src/cuda/runtime/module.rs`).
 //! Target: `CUDA_COMPUTE_CAP` (e.g. `90`; default 80, whose PTX the driver JIT-compiles for any
 //! newer GPU). nvcc is found as `$NVCC`, `$CUDA_HOME/bin/nvcc` or on PATH; `DF11_NVCC_FLAGS` adds
 //! flags (e.g. `-DDF11_MIN_BLOCKS=4` to trade registers for occupancy).
@@ -21,7 +21,7 @@ fn main() {
         .ok()
         .map(|c| c.replace('.', "").trim_end_matches('a').to_string())
         .unwrap_or_else(|| "80".into());
-    // The PTX target, for the host (`cuda/pdl.rs`: `griddepcontrol` exists only from compute 9.0).
+    // The PTX target, for the host (`cuda/runtime/pdl.rs`: `griddepcontrol` exists only from compute 9.0).
     println!("cargo:rustc-env=DF11_PTX_COMPUTE_CAP={cap}");
     let nvcc = std::env::var("NVCC").unwrap_or_else(|_| {
         std::env::var("CUDA_HOME")
@@ -61,13 +61,13 @@ fn main() {
 }
 
 /// `kernels/<name>.cu` -> `$OUT_DIR/<name>.fatbin`: SASS for `sm_<cap>` and the PTX of
-/// `compute_<cap>` (the driver compiles it for a newer GPU; cuda/module.rs loads the image).
+/// `compute_<cap>` (the driver compiles it for a newer GPU; cuda/runtime/module.rs loads the image).
 fn compile(nvcc: &str, cap: &str, kernels: &Path, out: &Path, name: &str) {
     let src = kernels.join(format!("{name}.cu"));
     println!("cargo:rerun-if-changed={}", src.display());
     // The warpgroup kernels' wgmma, mbarrier and bulk copies exist only on the arch-specific 9.0
     // target (`sm_90a`); on any other target they compile to traps and are never launched
-    // (`src/cuda/tc_wg.rs`).
+    // (`src/cuda/products/tc_wg.rs`).
     let cap = if name == "df11_tc_wg" && cap == "90" {
         "90a"
     } else {

@@ -310,7 +310,7 @@ impl CudaOp2 for TwinTcOp {
         let func = module.func(&dev, name)?;
         let (nb_, rows_, cols_) = (nb as i32, rows as i32, cols as i32);
         let (groups, steps) = (tiling.tile_groups as i32, tiling.steps as i32);
-        // Not a programmatic dependent launch (cuda/pdl.rs): its weights may come from the
+        // Not a programmatic dependent launch (cuda/runtime/pdl.rs): its weights may come from the
         // kernel just before it (a member decoded for the twin, `Df11Group`), and with settled
         // weights (a BF16 model's) PDL measured no gain for the twin (docs/PERFORMANCE.md,
         // session 15). The streaming kernel still triggers the kernel after it early.
