@@ -32,48 +32,17 @@ pub(crate) mod llm;
 pub(crate) mod products;
 pub(crate) mod runtime;
 
-// The modules by their plain names (`crate::cuda::launch`, `df11_candle::cuda::packed`, ...).
-pub(crate) use forms::exponent_walk;
+// The modules by their plain names (`crate::cuda::launch`, `df11_candle::cuda::packed`, ...):
+// each keeps the visibility its room gives it.
+pub use forms::*;
 #[cfg(feature = "cuda")]
-pub(crate) use forms::gpu_pack;
-pub use forms::packed;
-pub use forms::segments;
+pub use llm::*;
+pub use products::*;
 #[cfg(feature = "cuda")]
-pub(crate) use forms::staged_copy;
-pub use forms::tile_order;
-#[cfg(feature = "cuda")]
-pub(crate) use forms::unit;
-#[cfg(feature = "cuda")]
-pub(crate) use forms::upload;
-#[cfg(feature = "cuda")]
-pub use llm::decode_step;
-#[cfg(feature = "cuda")]
-pub use llm::llm_ops;
-#[cfg(feature = "cuda")]
-pub use llm::prefill_attention;
-#[cfg(feature = "cuda")]
-pub(crate) use products::fused;
-pub(crate) use products::limits;
-pub use products::matmul;
-#[cfg(feature = "cuda")]
-pub(crate) use products::packed_kernels;
-#[cfg(feature = "cuda")]
-pub(crate) use products::tc;
-#[cfg(feature = "cuda")]
-pub(crate) use products::tc_panel;
-#[cfg(feature = "cuda")]
-pub(crate) use products::tc_wg;
-#[cfg(feature = "cuda")]
-pub(crate) use products::twin;
-#[cfg(feature = "cuda")]
-pub(crate) use runtime::launch;
-#[cfg(feature = "cuda")]
-pub(crate) use runtime::module;
-#[cfg(feature = "cuda")]
-pub(crate) use runtime::pdl;
-pub(crate) use runtime::setting;
-#[cfg(feature = "cuda")]
-pub use runtime::streams;
+pub use runtime::*;
+// Without CUDA the room holds only crate-private modules (the settings).
+#[cfg(not(feature = "cuda"))]
+pub(crate) use runtime::*;
 
 #[cfg(feature = "cuda")]
 pub use pdl::set_pdl;
