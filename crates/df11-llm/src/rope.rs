@@ -69,21 +69,13 @@ impl RopeScaling {
             "linear" => Self::Linear {
                 factor: field("factor")?,
             },
-            "llama3" => {
-                let (low, high) = (field("low_freq_factor")?, field("high_freq_factor")?);
-                if !(low > 0.0 && high > low) {
-                    return Err(LlmError::config(
-                        path,
-                        format!("llama3 RoPE scaling needs 0 < low_freq_factor ({low}) < high_freq_factor ({high})"),
-                    ));
-                }
-                Self::Llama3 {
-                    factor: field("factor")?,
-                    low_freq_factor: low,
-                    high_freq_factor: high,
-                    original_max_position_embeddings: field("original_max_position_embeddings")?,
-                }
-            }
+            // Values checked below, with the other kinds' ([`RopeScaling::problem`]).
+            "llama3" => Self::Llama3 {
+                factor: field("factor")?,
+                low_freq_factor: field("low_freq_factor")?,
+                high_freq_factor: field("high_freq_factor")?,
+                original_max_position_embeddings: field("original_max_position_embeddings")?,
+            },
             other => {
                 return Err(LlmError::config(
                     path,

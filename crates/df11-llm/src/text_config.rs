@@ -288,6 +288,13 @@ mod tests {
                 "original_max_position_embeddings",
                 "0",
             ),
+            (
+                "rope_scaling",
+                json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
+                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192.0}),
+                "high_freq_factor",
+                "4",
+            ),
         ] {
             let mut config_json = base();
             config_json[key] = value.clone();
