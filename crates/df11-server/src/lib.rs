@@ -75,8 +75,9 @@ pub fn serve(
     let metrics = Arc::new(Metrics::default());
     let (scheduler, info) =
         Scheduler::start(load, config.max_batch, config.max_queue, metrics.clone())?;
-    // Stops the model's thread however `serve` returns, before the caller leaves `main`.
-    let owner = StopOnReturn(scheduler.clone());
+    // A handle kept out of the server's tasks, to stop the model's thread below (an early
+    // return stops it too: the last handle dropped joins it).
+    let owner = scheduler.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -110,17 +111,8 @@ pub fn serve(
     // The runtime (and any connection it still holds) goes first, then the model's thread is
     // stopped and joined: the model is dropped on its own thread before this returns.
     drop(runtime);
-    drop(owner);
+    owner.shutdown();
     served
-}
-
-/// Stops the scheduler (joining its thread) when dropped.
-struct StopOnReturn(Scheduler);
-
-impl Drop for StopOnReturn {
-    fn drop(&mut self) {
-        self.0.shutdown();
-    }
 }
 
 /// Ctrl-C (SIGINT) and, on Unix, SIGTERM, registered with the runtime.
