@@ -156,7 +156,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let (unit, member) = m
         .find_member(&name)
         .ok_or_else(|| format!("`{name}` is not compressed in {}", df11_dir.display()))?;
-    let group = Df11Group::load(&m, unit, &device)?;
+    let group = Df11Group::load(&m, unit, &device, &df11_candle::UnitPlacement::default())?;
     let down = Df11Linear::new(group, member, hidden, inter, None, dtype)?;
     let h = (mlp_bf16.gate.forward(&x)?.silu()? * mlp_bf16.up.forward(&x)?)?;
     let direct_identical = bits(&down.forward(&h)?)? == bits(&y_bf16)?;

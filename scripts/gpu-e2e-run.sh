@@ -101,12 +101,6 @@ if [ -z "${E2E_OFFICIAL_ONLY:-}" ]; then
   # dependent launches off (DF11_PDL=off).
   [ -n "${E2E_NO_STREAM:-}" ] && pair DF11_TC_STREAM=off no-stream
   [ -n "${E2E_NO_PDL:-}" ] && pair DF11_PDL=off no-pdl
-  # E2E_STEPS2=1: batch 8 with two sub-steps per item (DF11_TC_STEPS=2, the split before
-  # 939a357; the default takes four at 3-16 rows on tiled widths), DF11 and BF16.
-  if [ -n "${E2E_STEPS2:-}" ]; then
-    DF11_TC_STEPS=2 bench "df11 b8 ctx512 steps2" --model-dir "$WORK/df11" --batch 8
-    DF11_TC_STEPS=2 bench "bf16 b8 ctx512 steps2" --model-dir "$WORK/bf16" --bf16 --batch 8
-  fi
   if [ -z "${E2E_QUICK:-}${E2E_NO_LONG:-}" ]; then
     for fmt in df11 bf16; do
       flag=""; [ "$fmt" = bf16 ] && flag="--bf16"

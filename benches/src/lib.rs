@@ -33,13 +33,33 @@ pub fn one_member_group(name: &str, w: &[bf16], device: &Device) -> anyhow::Resu
     let enc = encode_unit(&[bytemuck::cast_slice(w)]).map_err(|e| anyhow::anyhow!(e.reason))?;
     let layout = UnitLayout::validate(&enc.tensors()).map_err(|d| anyhow::anyhow!("{d}"))?;
     let member = vec![format!("{name}.weight")];
+    let placement = df11_candle::UnitPlacement {
+        options: options(),
+        ..Default::default()
+    };
     Ok(Df11Group::new(
         name,
         member,
         &enc.tensors(),
         layout,
         device,
+        &placement,
     )?)
+}
+
+/// The options of a bench run: the `DF11_*` variables' (`df11_candle::options::VARIABLES`),
+/// else the defaults; a bad value stops the run with its message.
+pub fn options() -> df11_candle::Df11Options {
+    df11_candle::Df11Options::from_vars(|n| std::env::var(n).ok()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Puts the measurement overrides of the `DF11_TC_*` variables in force
+/// (`df11_candle::tuning::VARIABLES`); a bad value stops the run with its message.
+#[cfg(feature = "cuda")]
+pub fn install_tuning() {
+    let tuning = df11_candle::tuning::Tuning::from_vars(|n| std::env::var(n).ok())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _ = df11_candle::tuning::install(tuning);
 }
 
 /// The BF16 weights of a Qwen3-8B-shaped layer (192,937,984 of N(0, 0.02)) and their encoding.

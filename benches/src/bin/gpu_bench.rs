@@ -13,15 +13,20 @@ use std::time::Instant;
 use candle_core::{DType, Device, Module, Tensor};
 use df11_benches::{median_seconds as time, qwen3_8b_layer_unit};
 use df11_candle::{
-    set_fused_kernel, set_matmul_path, synth, Df11Group, Df11Linear, ExponentForm, FusedKernel,
-    Linear, MatmulPath, UnitLayout,
+    synth, Df11Group, Df11Linear, Df11Options, ExponentForm, FusedKernel, Linear, MatmulPath,
+    TileMembers, UnitLayout, UnitPlacement,
 };
 /// Median seconds per call of `f`, over `reps` timed runs of `iters` calls each (after warm-up).
 fn main() -> anyhow::Result<()> {
+    df11_benches::install_tuning();
     let json_out = std::env::args().skip_while(|a| a != "--json").nth(1);
     let dev = Device::new_cuda(0)?;
-    // Row order unless a load below asks for the tile order.
-    df11_candle::set_tile_members(false);
+    // Products planned for row order (the tiled unit's members take the tensor-core kernels in
+    // the tile order all the same); loads in row order unless told the shapes below.
+    let base = Df11Options {
+        tiles: TileMembers::Off,
+        ..df11_benches::options()
+    };
     let t0 = Instant::now();
     let (weights, enc) = qwen3_8b_layer_unit(7);
     let layout = UnitLayout::validate(&enc.tensors()).map_err(|d| anyhow::anyhow!("{d}"))?;
@@ -36,15 +41,19 @@ fn main() -> anyhow::Result<()> {
         .iter()
         .map(|m| format!("layer.{m}.weight"))
         .collect();
-    let load = |form| {
+    let load = |exponents| {
         let t = Instant::now();
-        let g = Df11Group::new_with_form(
+        let placement = UnitPlacement {
+            options: Df11Options { exponents, ..base },
+            ..Default::default()
+        };
+        let g = Df11Group::new(
             "layer",
             members.clone(),
             &enc.tensors(),
             layout.clone(),
             &dev,
-            form,
+            &placement,
         );
         (g, t.elapsed().as_secs_f64())
     };
@@ -56,18 +65,24 @@ fn main() -> anyhow::Result<()> {
     let shapes: Vec<Option<(usize, usize)>> =
         synth::QWEN3_8B_LAYER.iter().copied().map(Some).collect();
     let t = Instant::now();
-    df11_candle::set_tile_members(true);
-    let tiled = Df11Group::new_shaped(
+    let placement = UnitPlacement {
+        options: Df11Options {
+            exponents: ExponentForm::Packed,
+            tiles: TileMembers::Chunked,
+            ..base
+        },
+        offloaded: false,
+        shapes: shapes.clone(),
+    };
+    let tiled = Df11Group::new(
         "layer",
         members.clone(),
         &enc.tensors(),
         layout.clone(),
         &dev,
-        ExponentForm::Packed,
-        &shapes,
+        &placement,
     )?;
     let tiled_load_s = t.elapsed().as_secs_f64();
-    df11_candle::set_tile_members(false);
     anyhow::ensure!(
         (0..shapes.len()).all(|i| tiled.tile_order(i).is_some()),
         "the tiled unit's members are not all tiled"
@@ -162,7 +177,7 @@ fn main() -> anyhow::Result<()> {
             .reshape((o, k))?
             .contiguous()?;
         at += o * k;
-        dense.push(Linear::Dense(candle_nn::Linear::new(w, None)));
+        dense.push(Linear::dense(w, None, base));
         df11.push(Df11Linear::new(group.clone(), i, o, k, None, DType::BF16)?);
         df11p.push(Df11Linear::new(packed.clone(), i, o, k, None, DType::BF16)?);
         df11t.push(Df11Linear::new(tiled.clone(), i, o, k, None, DType::BF16)?);
@@ -182,12 +197,23 @@ fn main() -> anyhow::Result<()> {
             .iter()
             .map(|&(_, k)| Tensor::randn(0f32, 1.0, (batch, k), &dev)?.to_dtype(DType::BF16))
             .collect::<candle_core::Result<_>>()?;
-        let bf16_fwd = |i: usize, x: &Tensor| dense[i].forward(x);
-        let df11_fwd = |i: usize, x: &Tensor| df11[i].forward(x);
-        let packed_fwd = |i: usize, x: &Tensor| df11p[i].forward(x);
-        let tiled_fwd = |i: usize, x: &Tensor| df11t[i].forward(x);
+        // The four sets of layers running by `o`.
+        let with = |o: Df11Options| {
+            let d: Vec<Linear> = dense.iter().map(|l| l.clone().with_options(o)).collect();
+            let each = |ls: &[Df11Linear]| -> Vec<Df11Linear> {
+                ls.iter().map(|l| l.clone().with_options(o)).collect()
+            };
+            (d, each(&df11), each(&df11p), each(&df11t))
+        };
+        let decode = with(Df11Options {
+            matmul: MatmulPath::Decode,
+            ..base
+        });
+        let bf16_fwd = |i: usize, x: &Tensor| decode.0[i].forward(x);
+        let df11_fwd = |i: usize, x: &Tensor| decode.1[i].forward(x);
+        let packed_fwd = |i: usize, x: &Tensor| decode.2[i].forward(x);
+        let tiled_fwd = |i: usize, x: &Tensor| decode.3[i].forward(x);
         // Decode path: Df11Linear == cuBLAS Linear bit for bit.
-        set_matmul_path(MatmulPath::Decode);
         let mut cublas_out = Vec::new();
         for (i, x) in xs.iter().enumerate() {
             let a: Vec<half::bf16> = bf16_fwd(i, x)?.flatten_all()?.to_vec1()?;
@@ -206,9 +232,16 @@ fn main() -> anyhow::Result<()> {
         let t_tiled_path = time(&dev, 10, 7, || run_all(&tiled_fwd, &xs));
         // Fused paths: DF11 == its BF16 twin bit for bit (the Huffman form on the tensor-core
         // path is decoded and given to the twin); both close to cuBLAS.
-        set_matmul_path(MatmulPath::Fused);
         let fused = |kernel: FusedKernel| -> anyhow::Result<(f64, f64, f64, f32, f64)> {
-            set_fused_kernel(Some(kernel));
+            let sets = with(Df11Options {
+                matmul: MatmulPath::Fused,
+                tensor_cores: kernel == FusedKernel::TensorCore,
+                ..base
+            });
+            let bf16_fwd = |i: usize, x: &Tensor| sets.0[i].forward(x);
+            let df11_fwd = |i: usize, x: &Tensor| sets.1[i].forward(x);
+            let packed_fwd = |i: usize, x: &Tensor| sets.2[i].forward(x);
+            let tiled_fwd = |i: usize, x: &Tensor| sets.3[i].forward(x);
             let mut max_diff = 0f32;
             for (i, x) in xs.iter().enumerate() {
                 let a: Vec<half::bf16> = bf16_fwd(i, x)?.flatten_all()?.to_vec1()?;
@@ -245,8 +278,6 @@ fn main() -> anyhow::Result<()> {
             nan
         };
         let tc = fused(FusedKernel::TensorCore)?;
-        set_fused_kernel(None);
-        set_matmul_path(MatmulPath::Auto);
         println!(
             "{batch:>5} | {:>14.3} | {:>19.3} / {:.3} / {:.3} | {:>8.3} / {:.3} / {:.3} | {:>8.3} / {:.3} / {:.3} | {:>10.2}x | {:>10.2}x | {:.4}",
             t_cublas * 1e3,

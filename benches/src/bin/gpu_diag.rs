@@ -34,7 +34,11 @@ fn linear_check(dev: &Device) -> anyhow::Result<()> {
     let (w, enc) = df11_benches::qwen3_8b_layer_unit(11);
     let layout = UnitLayout::validate(&enc.tensors()).map_err(|d| anyhow::anyhow!("{d}"))?;
     let names: Vec<String> = (0..7).map(|i| format!("m{i}.weight")).collect();
-    let g = Df11Group::new("layer", names, &enc.tensors(), layout, dev)?;
+    let placement = df11_candle::UnitPlacement {
+        options: df11_benches::options(),
+        ..Default::default()
+    };
+    let g = Df11Group::new("layer", names, &enc.tensors(), layout, dev, &placement)?;
     let mut at = 0;
     for (i, &(o, k)) in synth::QWEN3_8B_LAYER.iter().enumerate() {
         let own = Tensor::from_slice(&w[at..at + o * k], (o, k), dev)?;

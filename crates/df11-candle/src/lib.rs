@@ -89,6 +89,13 @@
 //!
 //! - `cuda`: decoding on NVIDIA GPUs ([`Df11Group`] on a `Device::Cuda` runs the kernel of
 //!   `kernels/df11_decode.cu`, compiled to PTX by the build script; needs nvcc).
+//! - `tuning`: `tuning::install`, kernel launch parameters overridden for measurements.
+//!
+//! # Options
+//!
+//! How weights are laid out and multiplied on a GPU is one [`Df11Options`] value, given at load
+//! ([`ModelWeights::open_with`], [`UnitPlacement`]) and carried by every weight; the library reads
+//! no environment variable.
 
 #![warn(missing_docs)]
 
@@ -100,7 +107,9 @@ pub mod fixtures;
 pub mod format;
 pub mod load_profile;
 pub mod nn;
+pub mod options;
 pub mod synth;
+pub mod tuning;
 
 // The modules by their former flat paths (`df11_candle::decode`, `df11_candle::unit`, ...), so
 // code written against them keeps compiling.
@@ -115,22 +124,10 @@ pub use codec::compress::{compress_model, CompressOptions, CompressProgress, Com
 pub use codec::decode::{decode_parallel, decode_sequential, DecodeTable};
 pub use codec::encode::{encode_unit, EncodedUnit};
 pub use codec::verify::{verify_model, Difference, VerifyReport};
-pub use cuda::matmul::{
-    fused_plan, matmul_path, set_fused_kernel, set_matmul_path, FusedKernel, MatmulPath,
-};
-pub use cuda::packed::{exponent_form, set_exponent_form, ExponentForm, PackedExponents};
+pub use cuda::matmul::{fused_plan, FusedKernel, MatmulPath};
+pub use cuda::packed::{ExponentForm, PackedExponents};
 pub use cuda::segments::SegmentIndex;
-#[cfg(feature = "cuda")]
-pub use cuda::set_pdl;
-#[cfg(feature = "cuda")]
-pub use cuda::tc::set_tc_stream;
-#[cfg(feature = "cuda")]
-pub use cuda::tc_panel::set_tc_panel;
-#[cfg(feature = "cuda")]
-pub use cuda::tc_wg::{set_tc_wg, WgUse};
-pub use cuda::tile_order::{
-    set_tile_members, set_tile_policy, tile_members_enabled, tile_policy, TileMembers, TileOrder,
-};
+pub use cuda::tile_order::{TileMembers, TileOrder};
 pub use error::{Df11Error, Result, UnitDefect};
 pub use format::config::{Df11Config, Pattern, PatternDict};
 pub use format::model::{Df11Model, Df11Unit};
@@ -138,8 +135,7 @@ pub use format::patterns::builtin_pattern_dict;
 pub use format::safetensors_index::{RawTensor, SafetensorsIndex};
 pub use format::unit::{UnitLayout, UnitTensors};
 pub use nn::backend::Df11Backend;
-pub use nn::group::Df11Group;
+pub use nn::group::{Df11Group, UnitPlacement};
 pub use nn::linear::{Df11Embedding, Df11Linear};
-pub use nn::weights::{
-    set_stack_projections, stacks_projections, Embedding, Linear, ModelWeights, WeightFormat,
-};
+pub use nn::weights::{stacks_projections, Embedding, Linear, ModelWeights, WeightFormat};
+pub use options::{DebugSync, Df11Options, WgUse};

@@ -1,11 +1,10 @@
-//! Where a load's time goes, for `DF11_LOAD_PROFILE=1`: wall time per phase of opening a folder
-//! and putting its units and plain tensors on a device, summed over the process. Off by default
-//! (then a phase costs one relaxed load); when on, a phase that queues GPU work waits for it at
+//! Where a load's time goes: wall time per phase of opening a folder and putting its units and
+//! plain tensors on a device, summed over the process, for loads whose options ask for it
+//! ([`crate::Df11Options::profile_load`]). A profiled phase that queues GPU work waits for it at
 //! its end, so GPU time is charged to the phase that queued it (which serializes the load: the
-//! total may grow a little).
+//! total may grow a little); an unprofiled one costs nothing.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// A phase of a load.
@@ -25,7 +24,7 @@ pub enum Phase {
     GpuTile,
     /// The packed form built from the decoded exponents (histograms, codes, lanes, escapes).
     GpuPack,
-    /// Units built on the host instead (no GPU build: the CPU path, `DF11_GPU_PACK=0`).
+    /// Units built on the host instead (no GPU build: the CPU path, `Df11Options::gpu_pack` off).
     HostBuild,
     /// Plain tensors (norms, dense weights of a BF16 folder) copied and converted.
     PlainTensors,
@@ -47,22 +46,6 @@ static NANOS: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
 static CALLS: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
 static BYTES: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
 
-fn switch() -> &'static AtomicBool {
-    static ON: OnceLock<AtomicBool> = OnceLock::new();
-    ON.get_or_init(|| AtomicBool::new(std::env::var("DF11_LOAD_PROFILE").is_ok_and(|v| v != "0")))
-}
-
-/// Whether loads are profiled: as [`set_enabled`] last said, else whether `DF11_LOAD_PROFILE`
-/// is set (to anything but `0`).
-pub fn enabled() -> bool {
-    switch().load(Ordering::Relaxed)
-}
-
-/// Turns profiling on or off for what follows (the totals so far are kept).
-pub fn set_enabled(on: bool) {
-    switch().store(on, Ordering::Relaxed);
-}
-
 fn slot(phase: Phase) -> usize {
     PHASES.iter().position(|&p| p == phase).unwrap_or(0)
 }
@@ -70,12 +53,13 @@ fn slot(phase: Phase) -> usize {
 /// Runs `f` as `phase` moving `bytes` (0 where it does not count bytes); `settle` (waiting for
 /// the device's queued work) runs after it when profiling, so its GPU time lands here.
 pub(crate) fn timed<T>(
+    profiled: bool,
     phase: Phase,
     bytes: usize,
     settle: impl FnOnce(),
     f: impl FnOnce() -> T,
 ) -> T {
-    if !enabled() {
+    if !profiled {
         return f();
     }
     let t = Instant::now();
@@ -106,12 +90,12 @@ pub fn phases() -> Vec<(Phase, f64, u64, u64)> {
         .collect()
 }
 
-/// The phases as lines (`phase  seconds  calls  GB  GB/s`), or `None` when profiling is off.
+/// The phases as lines (`phase  seconds  calls  GB  GB/s`), or `None` when no load was profiled.
 pub fn report() -> Option<String> {
-    if !enabled() {
+    if phases().is_empty() {
         return None;
     }
-    let mut out = String::from("load profile (DF11_LOAD_PROFILE): phase | s | calls | GB | GB/s\n");
+    let mut out = String::from("load profile: phase | s | calls | GB | GB/s\n");
     let mut total = 0.0;
     for (p, s, calls, bytes) in phases() {
         total += s;
@@ -132,7 +116,6 @@ mod tests {
     #[test]
     fn a_profiled_load_records_its_phases() {
         use candle_core::{DType, Device};
-        set_enabled(true);
         let before = |phase| {
             phases()
                 .into_iter()
@@ -141,9 +124,13 @@ mod tests {
         };
         let (open0, plain0) = (before(Phase::Open).0, before(Phase::PlainTensors));
         let dir = crate::fixtures::model_dir("qwen3-tiny", "bf16");
-        let w =
-            crate::ModelWeights::open(&dir, crate::WeightFormat::Dense, &Device::Cpu, DType::F32)
-                .unwrap();
+        let options = crate::Df11Options {
+            profile_load: true,
+            ..Default::default()
+        };
+        let format = crate::WeightFormat::Dense;
+        let w = crate::ModelWeights::open_with(&dir, format, &Device::Cpu, DType::F32, options)
+            .unwrap();
         w.tensor("model.norm.weight", &[128]).unwrap();
         let plain = before(Phase::PlainTensors);
         assert!(before(Phase::Open).0 > open0);

@@ -15,7 +15,15 @@ fn load_and_decode(t: &UnitTensors<'_>, device: &Device) -> Result<Vec<u16>, Df1
         unit: "damaged".into(),
         defect,
     })?;
-    let g = Df11Group::new("damaged", vec!["damaged.weight".into()], t, layout, device)?;
+    let placement = df11_candle::UnitPlacement::default();
+    let g = Df11Group::new(
+        "damaged",
+        vec!["damaged.weight".into()],
+        t,
+        layout,
+        device,
+        &placement,
+    )?;
     let out = g.decode()?;
     g.check_status()?;
     let v: Vec<half::bf16> = out.to_vec1().map_err(Df11Error::from)?;

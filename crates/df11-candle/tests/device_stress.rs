@@ -27,15 +27,15 @@ fn decode_in(
     layout: &UnitLayout,
     expected: &[u8],
 ) {
-    let g = Df11Group::new_with_form(
-        "stress",
-        vec!["stress.weight".into()],
-        t,
-        layout.clone(),
-        device,
-        form,
-    )
-    .unwrap();
+    let placement = df11_candle::UnitPlacement {
+        options: df11_candle::Df11Options {
+            exponents: form,
+            ..common::options()
+        },
+        ..Default::default()
+    };
+    let names = vec!["stress.weight".into()];
+    let g = Df11Group::new("stress", names, t, layout.clone(), device, &placement).unwrap();
     assert_eq!(
         g.is_packed(),
         device.is_cuda() && form == ExponentForm::Packed

@@ -21,6 +21,14 @@ use rand::{Rng, SeedableRng};
 /// Both device forms of the exponents (on the CPU the form is ignored: the same path twice).
 const FORMS: [ExponentForm; 2] = [ExponentForm::Packed, ExponentForm::Huffman];
 
+/// The test's options with the exponents in `form`.
+fn with_form(form: ExponentForm) -> df11_candle::Df11Options {
+    df11_candle::Df11Options {
+        exponents: form,
+        ..common::options()
+    }
+}
+
 #[test]
 fn df11_and_bf16_linears_agree_at_small_batches_on_every_fixture_matrix() {
     let device = common::device();
@@ -28,16 +36,21 @@ fn df11_and_bf16_linears_agree_at_small_batches_on_every_fixture_matrix() {
     for name in common::MODELS {
         let model = Df11Model::open(common::model_dir(name, "df11")).unwrap();
         let original = SafetensorsIndex::open_dir(&common::model_dir(name, "bf16")).unwrap();
-        let dense = ModelWeights::open(
+        let dense = ModelWeights::open_with(
             &common::model_dir(name, "bf16"),
             WeightFormat::Dense,
             &device,
             DType::BF16,
+            common::options(),
         )
         .unwrap();
         for unit in model.units() {
             for form in FORMS {
-                let g = Df11Group::load_with_form(&model, unit, &device, form).unwrap();
+                let placement = df11_candle::UnitPlacement {
+                    options: with_form(form),
+                    ..Default::default()
+                };
+                let g = Df11Group::load(&model, unit, &device, &placement).unwrap();
                 assert_eq!(
                     g.is_packed(),
                     device.is_cuda() && form == ExponentForm::Packed
@@ -55,7 +68,7 @@ fn df11_and_bf16_linears_agree_at_small_batches_on_every_fixture_matrix() {
                     let a =
                         Df11Linear::new(g.clone(), member, rows, cols, bias, DType::BF16).unwrap();
                     let b = dense.linear(module, rows, cols, has_bias).unwrap();
-                    assert!(matches!(b, Linear::Dense(_)));
+                    assert!(matches!(b, Linear::Dense { .. }));
                     for batch in 1..=9 {
                         let (xh, x) = random_x(&mut rng, batch, cols, &device);
                         let (ya, yb) = (a.forward(&x).unwrap(), b.forward(&x).unwrap());
@@ -89,7 +102,7 @@ fn odd_shapes_in(
     rng: &mut impl Rng,
     device: &Device,
 ) {
-    let (w, g) = unit_of(shapes, rng.gen(), device, form);
+    let (w, g) = unit_of(shapes, rng.gen(), device, with_form(form));
     let mut at = 0;
     for (i, &(rows, cols)) in shapes.iter().enumerate() {
         let wm = &w[at..at + rows * cols];
@@ -132,7 +145,11 @@ fn check_unit(w: &[bf16], cols: usize, rng: &mut impl Rng, device: &Device, what
     let layout = UnitLayout::validate(&t).unwrap();
     for form in FORMS {
         let (name, layout) = (vec![format!("{what}.weight")], layout.clone());
-        let g = Df11Group::new_with_form(what, name, &t, layout, device, form).unwrap();
+        let placement = df11_candle::UnitPlacement {
+            options: with_form(form),
+            ..Default::default()
+        };
+        let g = Df11Group::new(what, name, &t, layout, device, &placement).unwrap();
         let got: Vec<bf16> = g.decode_elements(0..w.len()).unwrap().to_vec1().unwrap();
         assert!(
             bytemuck::cast_slice::<bf16, u16>(&got) == bytemuck::cast_slice::<bf16, u16>(w),
@@ -177,15 +194,12 @@ fn packed_units_with_many_escapes_agree_with_the_twin() {
     let enc = encode_unit(&[bytemuck::cast_slice(&w)]).unwrap();
     let t = enc.tensors();
     let layout = UnitLayout::validate(&t).unwrap();
-    let g = Df11Group::new_with_form(
-        "escapes",
-        vec!["escapes.weight".into()],
-        &t,
-        layout,
-        &device,
-        ExponentForm::Packed,
-    )
-    .unwrap();
+    let placement = df11_candle::UnitPlacement {
+        options: with_form(ExponentForm::Packed),
+        ..Default::default()
+    };
+    let names = vec!["escapes.weight".into()];
+    let g = Df11Group::new("escapes", names, &t, layout, &device, &placement).unwrap();
     assert_eq!(g.is_packed(), device.is_cuda(), "the unit should pack");
     check_unit(&w, 2056, &mut rng, &device, "many-escapes");
 }
@@ -193,47 +207,54 @@ fn packed_units_with_many_escapes_agree_with_the_twin() {
 #[test]
 fn the_fused_path_is_taken_exactly_on_cuda() {
     let device = common::device();
-    let (_, g) = unit_of(&[(16, 64)], 1, &device, ExponentForm::Huffman);
+    let (_, g) = unit_of(&[(16, 64)], 1, &device, with_form(ExponentForm::Huffman));
     assert_eq!(g.has_segment_index(), device.is_cuda());
     assert!(!g.is_packed());
     assert_eq!(g.can_fuse(0, 64), device.is_cuda());
-    let (_, p) = unit_of(&[(16, 64)], 1, &device, ExponentForm::Packed);
+    let (_, p) = unit_of(&[(16, 64)], 1, &device, with_form(ExponentForm::Packed));
     assert_eq!(p.is_packed(), device.is_cuda());
     assert!(!p.has_segment_index());
     assert_eq!(p.can_fuse(0, 64), device.is_cuda());
     assert!(!g.can_fuse(4, 64) && !g.can_fuse(0, 60));
     use df11_candle::matmul::{fused_plan, FUSED_MAX_ROWS, TC_MAX_ROWS, TC_MIN_ROWS};
     let on_cuda = |k| device.is_cuda().then_some(k);
-    // Columns that are not whole 256-column passes: the CUDA-core kernels, up to 4 rows.
-    assert_eq!(fused_plan(1, 64, &device), on_cuda(FusedKernel::CudaCore));
-    assert_eq!(fused_plan(FUSED_MAX_ROWS + 1, 64, &device), None);
-    // Whole passes: the tensor cores (the GPU suite runs on sm_90) up to 16 rows, from 1 row for
-    // the widths units tile (by default whole 2048-column chunks), else from 3.
-    df11_candle::set_tile_members(true);
-    assert_eq!(
-        fused_plan(1, 2048, &device),
-        on_cuda(FusedKernel::TensorCore)
+    use df11_candle::{Df11Options, TileMembers};
+    let tiles = |tiles| Df11Options {
+        tiles,
+        ..Df11Options::default()
+    };
+    let (chunked, all, off) = (
+        tiles(TileMembers::Chunked),
+        tiles(TileMembers::All),
+        tiles(TileMembers::Off),
     );
-    assert_eq!(fused_plan(1, 256, &device), on_cuda(FusedKernel::CudaCore));
+    // Columns that are not whole 256-column passes: the CUDA-core kernels, up to 4 rows.
     assert_eq!(
-        fused_plan(TC_MIN_ROWS - 1, 5120, &device),
+        fused_plan(1, 64, &device, &chunked),
         on_cuda(FusedKernel::CudaCore)
     );
-    df11_candle::set_tile_policy(df11_candle::TileMembers::All);
-    assert_eq!(
-        fused_plan(1, 256, &device),
-        on_cuda(FusedKernel::TensorCore)
-    );
-    df11_candle::set_tile_members(false);
-    assert_eq!(fused_plan(1, 2048, &device), on_cuda(FusedKernel::CudaCore));
-    df11_candle::set_tile_members(true);
-    assert_eq!(
-        fused_plan(TC_MIN_ROWS, 256, &device),
-        on_cuda(FusedKernel::TensorCore)
-    );
-    assert_eq!(
-        fused_plan(TC_MAX_ROWS, 4096, &device),
-        on_cuda(FusedKernel::TensorCore)
-    );
-    assert_eq!(fused_plan(TC_MAX_ROWS + 1, 4096, &device), None);
+    assert_eq!(fused_plan(FUSED_MAX_ROWS + 1, 64, &device, &chunked), None);
+    // Whole passes: the tensor cores (the GPU suite runs on sm_90) up to 16 rows, from 1 row for
+    // the widths units tile (by default whole 2048-column chunks), else from 3.
+    let tc = on_cuda(FusedKernel::TensorCore);
+    let cc = on_cuda(FusedKernel::CudaCore);
+    assert_eq!(fused_plan(1, 2048, &device, &chunked), tc);
+    assert_eq!(fused_plan(1, 256, &device, &chunked), cc);
+    assert_eq!(fused_plan(TC_MIN_ROWS - 1, 5120, &device, &chunked), cc);
+    assert_eq!(fused_plan(1, 256, &device, &all), tc);
+    assert_eq!(fused_plan(1, 2048, &device, &off), cc);
+    assert_eq!(fused_plan(TC_MIN_ROWS, 256, &device, &chunked), tc);
+    assert_eq!(fused_plan(TC_MAX_ROWS, 4096, &device, &chunked), tc);
+    // Off the tensor cores where the options say so; never fused on the decode path.
+    let no_tc = Df11Options {
+        tensor_cores: false,
+        ..chunked
+    };
+    assert_eq!(fused_plan(TC_MIN_ROWS, 256, &device, &no_tc), cc);
+    let decode = Df11Options {
+        matmul: df11_candle::MatmulPath::Decode,
+        ..chunked
+    };
+    assert_eq!(fused_plan(1, 2048, &device, &decode), None);
+    assert_eq!(fused_plan(TC_MAX_ROWS + 1, 4096, &device, &chunked), None);
 }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use df11_candle::cuda::tile_order::{member_orders_for, tile_members};
+use df11_candle::cuda::tile_order::{member_orders, tile_members};
 use df11_candle::packed::unit_exponents;
 use df11_candle::TileMembers;
 use df11_candle::{
@@ -42,7 +42,7 @@ fn same_both_ways_shaped(
     let table = DecodeTable::new(t.luts);
     let members = layout.member_ranges();
     // Every shape the kernels take is tiled here (the default tiles whole 2048-column chunks only).
-    let orders = member_orders_for(TileMembers::All, &members, shapes);
+    let orders = member_orders(TileMembers::All, &members, shapes);
     let cpu = unit_exponents(t, &layout, &table).map(|e| {
         let tiled = tile_members(&e, &members, &orders).and_then(|te| {
             let sm = tile_members(t.sign_mantissa, &members, &orders);
@@ -138,7 +138,7 @@ fn tiled_units_pack_on_the_gpu_as_on_the_cpu() {
         }
         let t = enc.tensors();
         let layout = UnitLayout::validate(&t).unwrap();
-        let orders = member_orders_for(TileMembers::All, &layout.member_ranges(), &given);
+        let orders = member_orders(TileMembers::All, &layout.member_ranges(), &given);
         let tiled = orders.iter().filter(|o| o.is_some()).count();
         assert!(
             tiled >= 3,

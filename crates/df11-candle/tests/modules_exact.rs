@@ -48,7 +48,11 @@ fn units_decode_exactly_on_the_device() {
         let model = Df11Model::open(common::model_dir(name, "df11")).unwrap();
         let original = SafetensorsIndex::open_dir(&common::model_dir(name, "bf16")).unwrap();
         for unit in model.units() {
-            let g = Df11Group::load(&model, unit, &device).unwrap();
+            let placement = df11_candle::UnitPlacement {
+                options: common::options(),
+                ..Default::default()
+            };
+            let g = Df11Group::load(&model, unit, &device, &placement).unwrap();
             let flat = g.decode().unwrap();
             assert_eq!(flat.dims(), &[unit.layout.n_elements]);
             let host: Vec<half::bf16> = flat.to_vec1().unwrap();
@@ -73,18 +77,20 @@ fn df11_linear_equals_bf16_linear_bit_for_bit() {
         let model = Df11Model::open(common::model_dir(name, "df11")).unwrap();
         let original = SafetensorsIndex::open_dir(&common::model_dir(name, "bf16")).unwrap();
         for dtype in dtypes(&device) {
-            let df11 = ModelWeights::open(
+            let df11 = ModelWeights::open_with(
                 &common::model_dir(name, "df11"),
                 WeightFormat::Df11,
                 &device,
                 dtype,
+                common::options(),
             )
             .unwrap();
-            let dense = ModelWeights::open(
+            let dense = ModelWeights::open_with(
                 &common::model_dir(name, "bf16"),
                 WeightFormat::Dense,
                 &device,
                 dtype,
+                common::options(),
             )
             .unwrap();
             for weight in model.compressed_weights() {
@@ -94,7 +100,7 @@ fn df11_linear_equals_bf16_linear_bit_for_bit() {
                 let has_bias = original.contains(&format!("{module}.bias"));
                 let a = df11.linear(module, out_f, in_f, has_bias).unwrap();
                 let b = dense.linear(module, out_f, in_f, has_bias).unwrap();
-                assert!(matches!(a, Linear::Df11(_)) && matches!(b, Linear::Dense(_)));
+                assert!(matches!(a, Linear::Df11(_)) && matches!(b, Linear::Dense { .. }));
                 for batch in [1usize, 7, 64] {
                     let x: Vec<f32> = (0..batch * in_f)
                         .map(|_| rng.gen_range(-1.0f32..1.0))
@@ -129,18 +135,20 @@ fn df11_embedding_equals_bf16_embedding_bit_for_bit() {
             let module = weight.strip_suffix(".weight").unwrap();
             let shape = original.get(weight).unwrap().shape.to_vec();
             let dtype = dtypes(&device)[0];
-            let df11 = ModelWeights::open(
+            let df11 = ModelWeights::open_with(
                 &common::model_dir(name, "df11"),
                 WeightFormat::Df11,
                 &device,
                 dtype,
+                common::options(),
             )
             .unwrap();
-            let dense = ModelWeights::open(
+            let dense = ModelWeights::open_with(
                 &common::model_dir(name, "bf16"),
                 WeightFormat::Dense,
                 &device,
                 dtype,
+                common::options(),
             )
             .unwrap();
             let a = df11.embedding(module, shape[0], shape[1]).unwrap();
@@ -190,8 +198,10 @@ fn decoded_at_load_mode_matches_compressed_mode() {
     let device = common::device();
     let dir = common::model_dir("qwen3-tiny", "df11");
     let dtype = dtypes(&device)[0];
-    let a = ModelWeights::open(&dir, WeightFormat::Df11, &device, dtype).unwrap();
-    let b = ModelWeights::open(&dir, WeightFormat::Df11DecodedAtLoad, &device, dtype).unwrap();
+    let o = common::options();
+    let a = ModelWeights::open_with(&dir, WeightFormat::Df11, &device, dtype, o).unwrap();
+    let b =
+        ModelWeights::open_with(&dir, WeightFormat::Df11DecodedAtLoad, &device, dtype, o).unwrap();
     let la = a
         .linear("model.layers.1.mlp.down_proj", 128, 384, false)
         .unwrap();
@@ -220,8 +230,11 @@ fn rows_decode_to_the_originals() {
     let device = common::device();
     let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
     let (rows, cols) = (96, 200);
-    let (w, g) =
-        common::products::unit_of(&[(rows, cols)], rng.gen(), &device, ExponentForm::Packed);
+    let options = df11_candle::Df11Options {
+        exponents: ExponentForm::Packed,
+        ..common::options()
+    };
+    let (w, g) = common::products::unit_of(&[(rows, cols)], rng.gen(), &device, options);
     let n = w.len();
     let drawn = rng.gen_range(1..=cols);
     // Row lengths of every residue mod 8, the drawn one; the drawn one over two launches.

@@ -1,5 +1,5 @@
 //! The tensor-core fused products (`kernels/df11_tc.cu`) on the test device: with every linear on
-//! the fused path (`MatmulPath::Fused`, set for this whole test binary, hence its own file), a
+//! the fused path (`MatmulPath::Fused`, [`fused`]), a
 //! DF11 linear and its decoded BF16 twin must give the same bits at 1 to 70 rows (two launches
 //! above 64), for members the packed DF11 kernel takes (chunk-aligned rows, rows starting
 //! mid-chunk, 5120 columns, row counts that are not a multiple of 8, many escapes) and for those
@@ -12,14 +12,31 @@ mod common;
 use candle_core::{DType, Device, Module, Tensor};
 use common::products::{bits, check_against_reference, random_x, unit_of, unit_of_shaped};
 use df11_candle::{
-    encode_unit, fused_plan, set_matmul_path, synth, Df11Group, Df11Linear, ExponentForm,
-    FusedKernel, MatmulPath, UnitLayout,
+    encode_unit, fused_plan, synth, Df11Group, Df11Linear, Df11Options, ExponentForm, FusedKernel,
+    MatmulPath, TileMembers, UnitLayout, UnitPlacement,
 };
 
 use half::bf16;
 use rand::{Rng, SeedableRng};
 
 const BATCHES: [usize; 10] = [1, 2, 3, 5, 8, 16, 17, 33, 64, 70];
+
+/// The test's options with every product on the fused path and the exponents in `form`.
+fn fused(form: ExponentForm) -> Df11Options {
+    Df11Options {
+        matmul: MatmulPath::Fused,
+        exponents: form,
+        ..common::options()
+    }
+}
+
+/// [`fused`] with members tiled as `tiles` says.
+fn fused_tiled(form: ExponentForm, tiles: TileMembers) -> Df11Options {
+    Df11Options {
+        tiles,
+        ..fused(form)
+    }
+}
 
 /// Checks every member of a unit of `shapes` in `form`: decode == original, fused == twin bit for
 /// bit, fused close to the reference, at every batch of [`BATCHES`].
@@ -29,7 +46,8 @@ fn check_members(
     rng: &mut impl Rng,
     device: &Device,
 ) {
-    let (w, g) = unit_of(shapes, rng.gen(), device, form);
+    let options = fused(form);
+    let (w, g) = unit_of(shapes, rng.gen(), device, options);
     let mut at = 0;
     for (i, &(rows, cols)) in shapes.iter().enumerate() {
         let wm = &w[at..at + rows * cols];
@@ -39,7 +57,7 @@ fn check_members(
         for batch in BATCHES {
             if device.is_cuda() && cols % 256 == 0 {
                 assert_eq!(
-                    fused_plan(batch, cols, device),
+                    fused_plan(batch, cols, device, &options),
                     Some(FusedKernel::TensorCore)
                 );
             }
@@ -55,7 +73,6 @@ fn check_members(
 
 #[test]
 fn tensor_core_products_agree_with_the_twin_and_the_reference() {
-    set_matmul_path(MatmulPath::Fused);
     let device = common::device();
     let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
     // Rows aligned to the packed form's 2048-element chunks (base 0, columns a multiple of 2048).
@@ -74,7 +91,6 @@ fn tensor_core_products_agree_with_the_twin_and_the_reference() {
 
 #[test]
 fn tensor_core_products_with_many_escapes_agree_with_the_twin() {
-    set_matmul_path(MatmulPath::Fused);
     let device = common::device();
     let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
     // ~6% of the weights scaled down by 2^-8..2^-19: a lane often has more than the 8 escapes it
@@ -90,8 +106,11 @@ fn tensor_core_products_with_many_escapes_agree_with_the_twin() {
     let t = enc.tensors();
     let layout = UnitLayout::validate(&t).unwrap();
     let names = vec!["escapes.weight".to_string()];
-    let g = Df11Group::new_with_form("escapes", names, &t, layout, &device, ExponentForm::Packed)
-        .unwrap();
+    let placement = UnitPlacement {
+        options: fused(ExponentForm::Packed),
+        ..Default::default()
+    };
+    let g = Df11Group::new("escapes", names, &t, layout, &device, &placement).unwrap();
     assert_eq!(g.is_packed(), device.is_cuda(), "the unit should pack");
     let fused = Df11Linear::new(g.clone(), 0, rows, cols, None, DType::BF16).unwrap();
     let twin = fused.clone().decoded().unwrap();
@@ -107,9 +126,8 @@ fn tensor_core_products_with_many_escapes_agree_with_the_twin() {
 
 #[test]
 fn tiled_members_decode_and_agree_with_the_twin_and_the_reference() {
-    set_matmul_path(MatmulPath::Fused);
     // Every tensor-core shape tiled (the default tiles whole 2048-column chunks only).
-    df11_candle::set_tile_policy(df11_candle::TileMembers::All);
+    let options = fused_tiled(ExponentForm::Packed, TileMembers::All);
     let device = common::device();
     let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
     // Tiled: whole chunks, a partial chunk (768, 5120, 3840 columns), a member starting
@@ -123,7 +141,7 @@ fn tiled_members_decode_and_agree_with_the_twin_and_the_reference() {
         (8, 2048),
     ];
     let tileable = [true, true, false, true, true, true];
-    let (w, g) = unit_of_shaped(&shapes, rng.gen(), &device, ExponentForm::Packed, true);
+    let (w, g) = unit_of_shaped(&shapes, rng.gen(), &device, options, true);
     let mut at = 0;
     for (i, &(rows, cols)) in shapes.iter().enumerate() {
         let wm = &w[at..at + rows * cols];
@@ -209,8 +227,7 @@ fn escape_heavy(
 #[test]
 fn streamed_members_agree_with_the_other_kernel_and_the_twin() {
     use df11_candle::WgUse;
-    set_matmul_path(MatmulPath::Fused);
-    df11_candle::set_tile_members(true);
+    let options = fused_tiled(ExponentForm::Packed, TileMembers::Chunked);
     let device = common::device();
     let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
     // Tiled members on 2048-element boundaries with 2048-multiple rows: the streaming kernel takes
@@ -238,16 +255,12 @@ fn streamed_members_agree_with_the_other_kernel_and_the_twin() {
     let layout = UnitLayout::validate(&t).unwrap();
     let names = (0..shapes.len()).map(|i| format!("s{i}.weight")).collect();
     let given: Vec<Option<(usize, usize)>> = shapes.iter().copied().map(Some).collect();
-    let g = Df11Group::new_shaped(
-        "streamed",
-        names,
-        &t,
-        layout,
-        &device,
-        ExponentForm::Packed,
-        &given,
-    )
-    .unwrap();
+    let placement = UnitPlacement {
+        options,
+        offloaded: false,
+        shapes: given,
+    };
+    let g = Df11Group::new("streamed", names, &t, layout, &device, &placement).unwrap();
     for (i, &(rows, cols)) in shapes.iter().enumerate() {
         assert_eq!(
             g.tile_order(i),
@@ -259,23 +272,28 @@ fn streamed_members_agree_with_the_other_kernel_and_the_twin() {
         for batch in BATCHES {
             let (xh, x) = random_x(&mut rng, batch, cols, &device);
             let mut outs = Vec::new();
-            df11_candle::set_tc_wg(WgUse::Off);
+            let mut run = |o: Df11Options| {
+                outs.push(bits(&fused.clone().with_options(o).forward(&x).unwrap()));
+                outs.push(bits(&twin.clone().with_options(o).forward(&x).unwrap()));
+            };
             for panel in [false, true] {
-                df11_candle::set_tc_panel(panel);
-                for stream in [true, false] {
-                    df11_candle::set_tc_stream(stream);
-                    outs.push(bits(&fused.forward(&x).unwrap()));
-                    outs.push(bits(&twin.forward(&x).unwrap()));
+                for streaming in [true, false] {
+                    run(Df11Options {
+                        panel,
+                        streaming,
+                        warpgroup: WgUse::Off,
+                        ..options
+                    });
                 }
             }
-            df11_candle::set_tc_stream(true);
-            df11_candle::set_tc_panel(false);
             // The warpgroup kernels at every batch (Hopper sm_90a builds; elsewhere the same
             // kernels as above run again).
-            df11_candle::set_tc_wg(WgUse::All);
-            outs.push(bits(&fused.forward(&x).unwrap()));
-            outs.push(bits(&twin.forward(&x).unwrap()));
-            df11_candle::set_tc_wg(WgUse::Off);
+            run(Df11Options {
+                panel: false,
+                streaming: true,
+                warpgroup: WgUse::All,
+                ..options
+            });
             let what = format!("streamed member {i} [{rows}, {cols}] batch {batch}");
             let names = ["DF11 streaming", "twin streaming", "DF11", "twin"];
             let names = names
@@ -305,14 +323,12 @@ fn streamed_members_agree_with_the_other_kernel_and_the_twin() {
 /// bit for bit, and on CUDA what the members give one by one.
 #[test]
 fn stacked_members_agree_with_the_dense_stack_and_the_members() {
-    set_matmul_path(MatmulPath::Fused);
-    df11_candle::set_tile_members(true);
+    let options = fused_tiled(ExponentForm::Packed, TileMembers::Chunked);
     let device = common::device();
     let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
     // q/k/v-like members of 4096 columns (the middle one 8 rows), then one of 2048 columns.
     let shapes = [(40, 4096), (8, 4096), (24, 4096), (16, 2048)];
-    let (w, g) =
-        common::products::unit_of_shaped(&shapes, rng.gen(), &device, ExponentForm::Packed, true);
+    let (w, g) = common::products::unit_of_shaped(&shapes, rng.gen(), &device, options, true);
     let cols = 4096;
     let member_w = |i: usize| {
         let at: usize = shapes[..i].iter().map(|(r, c)| r * c).sum();
@@ -332,11 +348,11 @@ fn stacked_members_agree_with_the_dense_stack_and_the_members() {
             Df11Linear::stacked(members, cols, Some(bias_t.clone()), DType::BF16).unwrap();
         assert_eq!(stacked.shape(), (rows, cols));
         let dense_w: Vec<bf16> = picked.iter().flat_map(|&i| member_w(i)).collect();
-        let dense = candle_nn::Linear::new(
+        let dense = df11_candle::Linear::dense(
             Tensor::from_vec(dense_w, (rows, cols), &device).unwrap(),
             Some(bias_t.clone()),
+            options,
         );
-        let dense = df11_candle::Linear::Dense(dense);
         let one_by_one: Vec<Df11Linear> = picked
             .iter()
             .map(|&i| Df11Linear::new(g.clone(), i, shapes[i].0, cols, None, DType::BF16).unwrap())
@@ -376,8 +392,7 @@ fn stacked_members_agree_with_the_dense_stack_and_the_members() {
 #[cfg(feature = "cuda")]
 #[test]
 fn programmatic_dependent_launches_give_the_same_bits() {
-    set_matmul_path(MatmulPath::Fused);
-    df11_candle::set_tile_members(true);
+    let options = fused_tiled(ExponentForm::Packed, TileMembers::Chunked);
     let device = common::device();
     let Device::Cuda(cuda) = &device else {
         panic!("the cuda feature is on but the test device is not CUDA");
@@ -388,16 +403,16 @@ fn programmatic_dependent_launches_give_the_same_bits() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
     let cols = 4096;
     let shapes = [(1024, cols), (2048, cols)];
-    let (w, g) =
-        common::products::unit_of_shaped(&shapes, rng.gen(), &device, ExponentForm::Packed, true);
+    let (w, g) = common::products::unit_of_shaped(&shapes, rng.gen(), &device, options, true);
     let first = Df11Linear::new(g.clone(), 0, 1024, cols, None, DType::BF16).unwrap();
     let second = Df11Linear::new(g.clone(), 1, 2048, cols, None, DType::BF16).unwrap();
     let first_twin = first.clone().decoded().unwrap();
     // A dense layer over the same weight (a BF16 model's layer).
-    let dense = df11_candle::weights::Linear::Dense(candle_nn::Linear::new(
+    let dense = df11_candle::weights::Linear::dense(
         first_twin.weight().unwrap().copy().unwrap(),
         None,
-    ));
+        options,
+    );
     device.synchronize().unwrap();
     let norm_w: Vec<bf16> = (0..cols)
         .map(|_| bf16::from_f32(rng.gen_range(0.5f32..1.5)))
@@ -408,16 +423,20 @@ fn programmatic_dependent_launches_give_the_same_bits() {
         let x = x.reshape((batch, cols)).unwrap();
         let mut outs = Vec::new();
         for pdl in [true, false, true] {
-            df11_candle::set_pdl(pdl);
+            let o = Df11Options { pdl, ..options };
+            let first = first.clone().with_options(o);
+            let first_twin = first_twin.clone().with_options(o);
+            let dense = dense.clone().with_options(o);
+            let second = second.clone().with_options(o);
             for _ in 0..3 {
-                let xn = df11_candle::cuda::llm_ops::rms_norm_bf16(&x, &norm_w, 1e-6).unwrap();
+                let xn = df11_candle::cuda::llm_ops::rms_norm_bf16(&x, &norm_w, 1e-6, pdl).unwrap();
                 let y = first.forward(&xn).unwrap();
                 let y_twin = first_twin.forward(&xn).unwrap();
                 let y_dense = dense.forward(&xn).unwrap();
                 // A product after a product, then a small kernel after it reading two products'
                 // outputs.
                 let z = second.forward(&xn).unwrap();
-                let a = df11_candle::cuda::llm_ops::silu_mul_bf16(&y_dense, &y).unwrap();
+                let a = df11_candle::cuda::llm_ops::silu_mul_bf16(&y_dense, &y, pdl).unwrap();
                 outs.push((
                     bits(&y),
                     bits(&y_twin),
@@ -428,7 +447,6 @@ fn programmatic_dependent_launches_give_the_same_bits() {
                 ));
             }
         }
-        df11_candle::set_pdl(true);
         let what = format!("batch {batch}");
         let (y0, _, _, z0, a0, xn0) = &outs[0];
         for (k, (y, y_twin, y_dense, z, a, xn)) in outs.iter().enumerate() {

@@ -6,10 +6,11 @@ use candle_core::{DType, Tensor};
 use crate::error::Result;
 use crate::spec::Activation;
 
-/// `act(gate) * up`.
-pub fn gated(act: Activation, gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+/// `act(gate) * up`; `pdl`: the CUDA launch may be a programmatic dependent launch
+/// ([`df11_candle::Df11Options::pdl`]).
+pub fn gated(act: Activation, gate: &Tensor, up: &Tensor, pdl: bool) -> Result<Tensor> {
     match act {
-        Activation::Silu => silu_mul(gate, up),
+        Activation::Silu => silu_mul(gate, up, pdl),
         Activation::GeluTanh => gelu_tanh_mul(gate, up),
     }
 }
@@ -22,12 +23,15 @@ pub fn gelu_tanh_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     Ok((act * up)?)
 }
 
-/// `silu(gate) * up`, each result rounded to the dtype as candle's two ops do.
-pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+/// `silu(gate) * up`, each result rounded to the dtype as candle's two ops do (`pdl`: as for
+/// [`gated`]).
+pub fn silu_mul(gate: &Tensor, up: &Tensor, pdl: bool) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
     if gate.device().is_cuda() && gate.dtype() == DType::BF16 && up.dtype() == gate.dtype() {
-        return Ok(df11_candle::ops::silu_mul_bf16(gate, up)?);
+        return Ok(df11_candle::ops::silu_mul_bf16(gate, up, pdl)?);
     }
+    #[cfg(not(feature = "cuda"))]
+    let _ = pdl;
     Ok((candle_nn::ops::silu(gate)? * up)?)
 }
 
@@ -49,13 +53,16 @@ mod tests {
             .unwrap()
             .to_dtype(DType::BF16)
             .unwrap();
-        let got: Vec<bf16> =
-            super::silu_mul(&g.to_device(&dev).unwrap(), &u.to_device(&dev).unwrap())
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1()
-                .unwrap();
+        let got: Vec<bf16> = super::silu_mul(
+            &g.to_device(&dev).unwrap(),
+            &u.to_device(&dev).unwrap(),
+            true,
+        )
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
         let gs: Vec<bf16> = g.flatten_all().unwrap().to_vec1().unwrap();
         let us: Vec<bf16> = u.flatten_all().unwrap().to_vec1().unwrap();
         for i in 0..gs.len() {

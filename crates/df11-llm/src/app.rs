@@ -90,6 +90,9 @@ pub struct LoadOptions {
     pub dtype: DType,
     /// Draw progress bars.
     pub show_progress: bool,
+    /// How weights are laid out and multiplied on the GPU (matmul path, exponent form, tiling,
+    /// PDL, ...). A DF11 model and its BF16 original give the same bits under the same options.
+    pub weights: df11_candle::Df11Options,
     /// How decode steps run (maximum context, CUDA graphs).
     pub decode: DecodeOptions,
 }
@@ -219,7 +222,7 @@ pub fn load_arch(arch: &ArchInfo, opts: &LoadOptions) -> Result<Loaded> {
     if let (true, Some((free, total))) = (single, crate::memory::device_memory(&opts.device)) {
         crate::memory::check_fits(&dir, &device_name, needed, free, total)?;
     }
-    let weights = ModelWeights::open(&dir, format, &opts.device, opts.dtype)
+    let weights = ModelWeights::open_with(&dir, format, &opts.device, opts.dtype, opts.weights)
         .map_err(|e| out_of_memory(e.into()))?;
     let spec = (arch.spec)(&config, &weights)?;
     // A split or offload is planned from each device's free memory and checked before any

@@ -84,16 +84,21 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
-    /// How decode steps run, from the flags and the environment.
-    pub fn decode_options(&self) -> crate::model::DecodeOptions {
-        let mut options = crate::model::DecodeOptions {
-            max_context: self.max_context,
-            ..Default::default()
-        };
+    /// How decode steps run: the `DF11_*` variables of [`crate::model::DECODE_VARIABLES`], then
+    /// the flags.
+    pub fn decode_options(&self) -> crate::Result<crate::model::DecodeOptions> {
+        let mut options =
+            crate::model::DecodeOptions::from_vars(env_var).map_err(crate::LlmError::Usage)?;
+        options.max_context = self.max_context;
         if self.no_cuda_graph {
             options.cuda_graph = false;
         }
-        options
+        Ok(options)
+    }
+
+    /// How weights are laid out and multiplied on the GPU ([`weight_options`]).
+    pub fn weight_options(&self) -> crate::Result<df11_candle::Df11Options> {
+        weight_options(self.matmul, self.exponents)
     }
 
     /// The model source the flags name. `default_repo` is used when neither --model-id nor
@@ -113,19 +118,13 @@ impl ModelArgs {
         }
     }
 
-    /// Everything [`crate::load`] needs; sets the process-wide CUDA paths (`--matmul`,
-    /// `--exponents`) and picks the device.
+    /// Everything [`crate::load`] needs, from the flags and the `DF11_*` variables; picks the
+    /// device.
     pub fn load_options(
         &self,
         default_repo: &str,
         show_progress: bool,
     ) -> crate::Result<crate::LoadOptions> {
-        if let Some(path) = self.matmul {
-            df11_candle::set_matmul_path(path);
-        }
-        if let Some(form) = self.exponents {
-            df11_candle::set_exponent_form(form);
-        }
         let (device, split) = match self.devices.as_slice() {
             [] => (crate::device::select_device(self.cpu)?, None),
             ordinals => {
@@ -151,7 +150,8 @@ impl ModelArgs {
             offload,
             dtype,
             show_progress,
-            decode: self.decode_options(),
+            weights: self.weight_options()?,
+            decode: self.decode_options()?,
         })
     }
 }
@@ -262,9 +262,32 @@ impl CommonArgs {
     }
 }
 
+/// How weights are laid out and multiplied on the GPU: the `DF11_*` variables of
+/// [`df11_candle::options::VARIABLES`], then the `--matmul` and `--exponents` flags.
+pub fn weight_options(
+    matmul: Option<df11_candle::MatmulPath>,
+    exponents: Option<df11_candle::ExponentForm>,
+) -> crate::Result<df11_candle::Df11Options> {
+    let mut options =
+        df11_candle::Df11Options::from_vars(env_var).map_err(crate::LlmError::Usage)?;
+    if let Some(path) = matmul {
+        options.matmul = path;
+    }
+    if let Some(form) = exponents {
+        options.exponents = form;
+    }
+    Ok(options)
+}
+
+/// The environment variable `name`, where it is set (and Unicode). The binaries' flag handling
+/// is the one place the model programs read the environment.
+pub fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
 /// Whether `HF_HUB_OFFLINE` asks for offline mode (as huggingface_hub reads it).
 fn env_offline() -> bool {
-    std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| {
+    env_var("HF_HUB_OFFLINE").is_some_and(|v| {
         matches!(
             v.trim().to_ascii_lowercase().as_str(),
             "1" | "on" | "yes" | "true"

@@ -55,7 +55,8 @@ pub fn decoder_mask(
 ///
 /// `q`: `[batch, heads, q_len, head_dim]`; `k`, `v`: `[batch, kv_heads, kv_len, head_dim]` with
 /// `heads` a multiple of `kv_heads` (query head `h` uses key/value head `h / (heads/kv_heads)`,
-/// as HF's `repeat_kv`); `mask`: `[q_len, kv_len]` f32 or `None`. Returns
+/// as HF's `repeat_kv`); `mask`: `[q_len, kv_len]` f32 or `None`; `pdl`: the fused CUDA softmax
+/// may be a programmatic dependent launch ([`df11_candle::Df11Options::pdl`]). Returns
 /// `[batch, heads, q_len, head_dim]`.
 pub fn attention(
     q: &Tensor,
@@ -63,6 +64,7 @@ pub fn attention(
     v: &Tensor,
     scale: f64,
     mask: Option<&Tensor>,
+    pdl: bool,
 ) -> Result<Tensor> {
     let (b, heads, q_len, head_dim) = q.dims4()?;
     let (_, kv_heads, kv_len, _) = k.dims4()?;
@@ -73,6 +75,8 @@ pub fn attention(
     }
     let groups = heads / kv_heads;
     let dtype = q.dtype();
+    #[cfg(not(feature = "cuda"))]
+    let _ = pdl;
     // [b, kv_heads, groups * q_len, head_dim]: the query heads of one kv head, stacked.
     let q = q
         .contiguous()?
@@ -81,7 +85,7 @@ pub fn attention(
     #[cfg(feature = "cuda")]
     if mask.is_none() && q.device().is_cuda() && dtype == DType::BF16 {
         let scores = q.matmul(&k.transpose(2, 3)?)?;
-        let probs = df11_candle::ops::softmax_scaled_bf16(&scores, scale as f32)?;
+        let probs = df11_candle::ops::softmax_scaled_bf16(&scores, scale as f32, pdl)?;
         return Ok(probs
             .matmul(v)?
             .reshape((b, heads, q_len, head_dim))?
@@ -190,7 +194,7 @@ mod tests {
         let k = Tensor::randn(0f32, 1.0, (1, 2, 7, 8), &dev).unwrap();
         let v = Tensor::randn(0f32, 1.0, (1, 2, 7, 8), &dev).unwrap();
         let mask = causal_mask(4, 3, None, &dev).unwrap();
-        let got = attention(&q, &k, &v, 0.3, Some(&mask)).unwrap();
+        let got = attention(&q, &k, &v, 0.3, Some(&mask), true).unwrap();
         let want = reference(&q, &k, &v, 0.3, &mask);
         let diff = (got - want).unwrap().abs().unwrap().max_all().unwrap();
         assert!(diff.to_scalar::<f32>().unwrap() < 1e-6);
@@ -208,7 +212,7 @@ mod tests {
                 .to_dtype(DType::BF16)
                 .unwrap();
             let got: Vec<Vec<bf16>> =
-                df11_candle::ops::softmax_scaled_bf16(&x.to_device(&dev).unwrap(), 0.3)
+                df11_candle::ops::softmax_scaled_bf16(&x.to_device(&dev).unwrap(), 0.3, true)
                     .unwrap()
                     .to_vec2()
                     .unwrap();
@@ -239,7 +243,7 @@ mod tests {
             let d = (a - b).unwrap().abs().unwrap().flatten_all().unwrap();
             d.max(0).unwrap().to_scalar::<f32>().unwrap()
         };
-        let plain = attention(&q, &k, &v, 0.3, Some(&mask)).unwrap();
+        let plain = attention(&q, &k, &v, 0.3, Some(&mask), true).unwrap();
         let capped = softcapped_attention(&q, &k, &v, 0.3, 1e4, Some(&mask)).unwrap();
         assert!(max_diff(&plain, &capped) < 1e-5);
         // A small cap changes the result: the scores are really capped.

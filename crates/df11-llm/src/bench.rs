@@ -41,6 +41,10 @@ pub struct BenchOptions {
     pub cuda_graph: bool,
     /// Prefill the prompt in pieces of this many tokens (long contexts).
     pub prefill_chunk: Option<usize>,
+    /// How weights are laid out and multiplied on the GPU.
+    pub weights: df11_candle::Df11Options,
+    /// How decode steps run (`max_context` and `cuda_graph` are the bench's own).
+    pub decode: DecodeOptions,
 }
 
 /// The measurements.
@@ -102,10 +106,11 @@ pub fn bench_model<A: Architecture>(opts: &BenchOptions) -> Result<BenchResult> 
         offload: opts.offload,
         dtype: opts.dtype,
         show_progress: false,
+        weights: opts.weights,
         decode: DecodeOptions {
             max_context: Some(opts.prompt_tokens + opts.decode_tokens + 2),
             cuda_graph: opts.cuda_graph,
-            ..Default::default()
+            ..opts.decode.clone()
         },
     })?;
     opts.device.synchronize()?;

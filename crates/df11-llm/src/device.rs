@@ -33,8 +33,7 @@ pub fn select_device(cpu: bool) -> Result<Device> {
     open_cuda(0)
 }
 
-/// CUDA device `ordinal` on a stream of its own (`DF11_CUDA_STREAM=per-thread`: candle's
-/// `Device::new_cuda`, the per-thread default stream).
+/// CUDA device `ordinal` on a stream of its own.
 ///
 /// Why not the per-thread default stream: its handle (`CU_STREAM_PER_THREAD`) names the stream
 /// of whichever context is current on whichever thread queues the work, so with several GPUs
@@ -46,9 +45,6 @@ pub fn select_device(cpu: bool) -> Result<Device> {
 /// queues every op of a device on its one stream, and our second streams order themselves
 /// (`df11_candle::cuda::streams`).
 pub fn open_cuda(ordinal: usize) -> Result<Device> {
-    if std::env::var("DF11_CUDA_STREAM").is_ok_and(|v| v == "per-thread") {
-        return Ok(Device::new_cuda(ordinal)?);
-    }
     with_own_stream(ordinal)
 }
 
@@ -103,14 +99,10 @@ pub(crate) fn side_stream(device: &Device) -> Result<candle_core::cuda_backend::
 /// Refuses CUDA devices of a split (several GPUs) that use the per-thread default stream
 /// (candle's `Device::new_cuda`): its handle names the stream of whichever context is current,
 /// and such a split left one GPU's tokens (see [`open_cuda`]). Devices of one GPU share its
-/// context, hence the same stream, and are accepted; so is everything under
-/// `DF11_CUDA_STREAM=per-thread` (the diagnostic setting that opens them so).
+/// context, hence the same stream, and are accepted.
 pub fn check_split_streams(devices: &[Device]) -> Result<()> {
     #[cfg(feature = "cuda")]
     {
-        if std::env::var("DF11_CUDA_STREAM").is_ok_and(|v| v == "per-thread") {
-            return Ok(());
-        }
         let cuda: Vec<_> = devices
             .iter()
             .filter_map(|d| match d {

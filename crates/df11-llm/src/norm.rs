@@ -19,6 +19,9 @@ pub struct RmsNorm {
     ones: Tensor,
     eps: f32,
     kind: NormKind,
+    /// The fused CUDA launch may be a programmatic dependent launch
+    /// ([`df11_candle::Df11Options::pdl`]).
+    pdl: bool,
 }
 
 impl RmsNorm {
@@ -30,6 +33,7 @@ impl RmsNorm {
             ones,
             eps: eps as f32,
             kind: NormKind::Weight,
+            pdl: true,
         })
     }
 
@@ -42,6 +46,7 @@ impl RmsNorm {
             weight: scale,
             eps: eps as f32,
             kind: NormKind::OnePlusWeight,
+            pdl: true,
         })
     }
 
@@ -59,12 +64,21 @@ impl RmsNorm {
         kind: NormKind,
     ) -> Result<Self> {
         let name = format!("{module}.weight");
-        match kind {
+        let norm = match kind {
             NormKind::Weight => Self::new(weights.tensor(&name, &[size])?, eps),
             NormKind::OnePlusWeight => {
                 Self::one_plus(&weights.tensor_as(&name, &[size], DType::F32)?, eps)
             }
-        }
+        }?;
+        Ok(Self {
+            pdl: weights.options().pdl,
+            ..norm
+        })
+    }
+
+    /// Whether its CUDA launches may be programmatic dependent launches (the weights' options).
+    pub fn pdl(&self) -> bool {
+        self.pdl
     }
 
     /// The weight (`Weight`) or `1 + w` in f32 (`OnePlusWeight`).
@@ -94,7 +108,7 @@ impl Module for RmsNorm {
         // CUDA, BF16: the same formula in one launch instead of four.
         #[cfg(feature = "cuda")]
         if x.device().is_cuda() && x.dtype() == DType::BF16 && self.weight.dtype() == DType::BF16 {
-            return df11_candle::ops::rms_norm_bf16(&x, &self.weight, self.eps);
+            return df11_candle::ops::rms_norm_bf16(&x, &self.weight, self.eps, self.pdl);
         }
         if x.dtype() == DType::F32 && self.weight.dtype() == DType::F32 {
             // One rounding either way: the fused kernel computes x * r * w in f32.

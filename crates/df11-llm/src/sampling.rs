@@ -14,7 +14,8 @@ use crate::error::Result;
 pub fn greedy_tokens(logits: &Tensor) -> Result<Vec<u32>> {
     #[cfg(feature = "cuda")]
     if logits.device().is_cuda() && matches!(logits.dtype(), DType::BF16 | DType::F32) {
-        return Ok(df11_candle::ops::argmax_last_dim(logits)?
+        // A plain launch (no PDL): the host waits for its result at once.
+        return Ok(df11_candle::ops::argmax_last_dim(logits, false)?
             .flatten_all()?
             .to_vec1::<u32>()?);
     }

@@ -22,10 +22,11 @@ pub fn output_projection(
         return Ok(weights.linear(lm_head_module, vocab, hidden, false)?);
     }
     match embedding {
-        Embedding::Dense(e) => Ok(Linear::Dense(candle_nn::Linear::new(
+        Embedding::Dense(e) => Ok(Linear::dense(
             crate::transfer::to_device(e.embeddings(), weights.device())?,
             None,
-        ))),
+            *weights.options(),
+        )),
         Embedding::Df11(_) => Ok(weights.linear(embed_module, vocab, hidden, false)?),
     }
 }

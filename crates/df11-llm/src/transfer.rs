@@ -4,12 +4,13 @@
 //! after the sending stream's work by an event (cudarc's cross-context `memcpy_dtod`), and the
 //! sending stream's later work after the copy (`df11_candle::cuda::streams`), with peer
 //! access enabled once per pair where the hardware allows it (else the driver stages through the
-//! host). Anything else goes through candle's `to_device`. `DF11_PEER_COPY=0` sends CUDA copies
-//! through the host too (for diagnosis).
+//! host). Anything else goes through candle's `to_device`, and so do a split's hand-overs where
+//! [`SplitCopy::peer`] is off (for diagnosis).
 
 use candle_core::{Device, Tensor};
 
 use crate::error::Result;
+use crate::model::SplitCopy;
 
 /// `t` on `device`: `t` itself when it is already there, else a contiguous copy.
 pub fn to_device(t: &Tensor, device: &Device) -> Result<Tensor> {
@@ -18,17 +19,14 @@ pub fn to_device(t: &Tensor, device: &Device) -> Result<Tensor> {
     }
     #[cfg(feature = "cuda")]
     if let (Device::Cuda(_), Device::Cuda(dst)) = (t.device(), device) {
-        if std::env::var("DF11_PEER_COPY").map_or(true, |v| v != "0") {
-            return cuda::peer_copy(&t.contiguous()?, dst);
-        }
+        return cuda::peer_copy(&t.contiguous()?, dst);
     }
     Ok(t.to_device(device)?)
 }
 
 /// A segment's outputs on the next segment's device, ordered on the GPUs by events (the copy
 /// after the sender's work, the sender's later work after the copy); the host does not wait.
-/// `DF11_SPLIT_SYNC=1` makes the host wait for both devices around the copies as well (for
-/// diagnosis: with it no work of one device overlaps the other's across the boundary).
+/// `copy` says how ([`SplitCopy`]: peer copies or candle's, the host waiting or not).
 ///
 /// History: on two H100s the split left one GPU's tokens after 4-9 steps until the devices got
 /// streams of their own (`crate::device::open_cuda`; the per-thread default stream's handle is
@@ -36,15 +34,19 @@ pub fn to_device(t: &Tensor, device: &Device) -> Result<Tensor> {
 /// GPU) and the waits bound each stream's context. Since, every ordering setting gives one
 /// GPU's tokens over 32 steps of the 8B-shaped model, both device orders, graph and no graph
 /// (`scripts/gpu-split-check.sh`, docs/PERFORMANCE.md).
-pub fn hand_over(carry: &[Tensor], to: &Device) -> Result<Vec<Tensor>> {
+pub fn hand_over(carry: &[Tensor], to: &Device, copy: SplitCopy) -> Result<Vec<Tensor>> {
     let crossing = carry.first().is_some_and(|t| !t.device().same_device(to));
-    let sync = crossing && std::env::var("DF11_SPLIT_SYNC").is_ok_and(|v| v == "1");
+    let sync = crossing && copy.host_sync;
     if sync {
         carry[0].device().synchronize()?;
     }
     let moved = carry
         .iter()
-        .map(|t| to_device(t, to))
+        .map(|t| match copy.peer {
+            true => to_device(t, to),
+            false if t.device().same_device(to) => Ok(t.clone()),
+            false => Ok(t.to_device(to)?),
+        })
         .collect::<Result<Vec<_>>>()?;
     if sync {
         to.synchronize()?;

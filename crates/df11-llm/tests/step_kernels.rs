@@ -61,6 +61,7 @@ fn flash_decode_matches_attention_in_f64() {
             softcap,
             window,
             splits,
+            true,
         )
         .unwrap();
         assert_eq!(got.dims(), &[rows, heads * d]);
@@ -133,6 +134,7 @@ fn flash_decode_reads_only_its_slot_and_window() {
                 None,
                 window,
                 3,
+                true,
             )
             .unwrap(),
         )
@@ -213,6 +215,7 @@ fn qk_norm_rope_kv_matches_the_eager_ops() {
             &u32_tensor(&slots, &dev),
             &kv,
             heads,
+            true,
         )
         .unwrap();
         assert_eq!(got.dims(), &[rows, heads, d]);
@@ -256,9 +259,9 @@ fn add_rms_norm_equals_add_then_norm_bit_for_bit() {
         let h = randn(&[rows, 1, n], &dev);
         let w = ((randn(&[n], &dev) * 0.1).unwrap() + 1.0).unwrap();
         let residual = x.copy().unwrap();
-        let normed = add_rms_norm_bf16(&residual, &h, &w, 1e-6).unwrap();
+        let normed = add_rms_norm_bf16(&residual, &h, &w, 1e-6, true).unwrap();
         let sum = (&x + &h).unwrap();
-        let want = df11_candle::ops::rms_norm_bf16(&sum, &w, 1e-6).unwrap();
+        let want = df11_candle::ops::rms_norm_bf16(&sum, &w, 1e-6, true).unwrap();
         assert_eq!(f32s(&residual), f32s(&sum), "residual {rows}x{n}");
         assert_eq!(f32s(&normed), f32s(&want), "normed {rows}x{n}");
     }

@@ -60,6 +60,7 @@ fn a_cached_model_loads_and_generates() {
         offload: Default::default(),
         dtype: DType::F32,
         show_progress: false,
+        weights: Default::default(),
         decode: Default::default(),
     };
     let mut loaded = load::<Qwen3Arch>(&opts).unwrap_or_else(|e| panic!("{e}"));

@@ -28,12 +28,43 @@
 
 use candle_core::{DType, Device, Module, Tensor};
 use df11_candle::{
-    encode_unit, set_fused_kernel, set_matmul_path, set_tc_panel, set_tc_wg, synth, Df11Group,
-    Df11Linear, ExponentForm, FusedKernel, MatmulPath, UnitLayout, WgUse,
+    encode_unit, synth, Df11Group, Df11Linear, Df11Options, ExponentForm, MatmulPath, TileMembers,
+    UnitLayout, UnitPlacement, WgUse,
 };
 
 mod embed;
 mod prefill;
+
+/// The layers `ls` running by `options` (the probe switches paths and kernel families between
+/// timings of the same weights).
+fn using(ls: &[Df11Linear], options: Df11Options) -> Vec<Df11Linear> {
+    ls.iter().map(|l| l.clone().with_options(options)).collect()
+}
+
+/// A one-member packed unit of `w` (`[rows, cols]`), tiled where `tiles` says.
+fn packed_unit(
+    dev: &Device,
+    w: &[half::bf16],
+    rows: usize,
+    cols: usize,
+    tiles: TileMembers,
+) -> anyhow::Result<std::sync::Arc<Df11Group>> {
+    let enc = encode_unit(&[bytemuck::cast_slice(w)]).map_err(|e| anyhow::anyhow!(e.reason))?;
+    let layout = UnitLayout::validate(&enc.tensors()).map_err(|d| anyhow::anyhow!("{d}"))?;
+    let placement = UnitPlacement {
+        options: Df11Options {
+            exponents: ExponentForm::Packed,
+            tiles,
+            ..df11_benches::options()
+        },
+        offloaded: false,
+        shapes: vec![Some((rows, cols))],
+    };
+    let names = vec!["w.weight".to_string()];
+    let g = Df11Group::new("w", names, &enc.tensors(), layout, dev, &placement)?;
+    anyhow::ensure!(g.is_packed(), "not packed");
+    Ok(g)
+}
 
 /// Seconds a call of `f`: the median of five timings of `iters` calls.
 fn time(dev: &Device, iters: usize, f: impl FnMut()) -> f64 {
@@ -68,9 +99,8 @@ fn time_graph(dev: &Device, iters: usize, f: impl Fn()) -> anyhow::Result<f64> {
 }
 
 /// The linears of `shapes` (N(0, 0.02) weights): DF11 in the tile order, and their decoded twins.
-/// Leaves members tiled (the engine's default, `DF11_TILE`), so that the products plan as the
-/// engine's do: the sub-steps an item of tiled widths (before ecd6e01 the setting was turned
-/// off here, and `layer`'s rows took 2 sub-steps where the engine took 4).
+/// Members tiled as the engine's default does, so that the products plan as the engine's do
+/// (the sub-steps an item of tiled widths).
 fn tiled_linears(
     dev: &Device,
     shapes: &[(usize, usize)],
@@ -78,20 +108,7 @@ fn tiled_linears(
     let (mut df11, mut dense, mut bytes) = (Vec::new(), Vec::new(), 0);
     for (i, &(rows, cols)) in shapes.iter().enumerate() {
         let w = synth::normal_bf16(rows * cols, 0.02, 7 + i as u64);
-        let enc =
-            encode_unit(&[bytemuck::cast_slice(&w)]).map_err(|e| anyhow::anyhow!(e.reason))?;
-        let layout = UnitLayout::validate(&enc.tensors()).map_err(|d| anyhow::anyhow!("{d}"))?;
-        df11_candle::set_tile_members(true);
-        let g = Df11Group::new_shaped(
-            "w",
-            vec!["w.weight".to_string()],
-            &enc.tensors(),
-            layout,
-            dev,
-            ExponentForm::Packed,
-            &[Some((rows, cols))],
-        )?;
-        anyhow::ensure!(g.is_packed(), "not packed");
+        let g = packed_unit(dev, &w, rows, cols, TileMembers::Chunked)?;
         bytes += g.device_bytes();
         let l = Df11Linear::new(g, 0, rows, cols, None, DType::BF16)?;
         dense.push(l.clone().decoded()?);
@@ -105,10 +122,10 @@ fn tiled_linears(
 enum Family {
     /// The streaming kernels (`kernels/df11_tc_stream.cu`).
     Stream,
-    /// The panel kernels (`DF11_TC_PANEL`).
+    /// The panel kernels ([`Df11Options::panel`]).
     Panel,
-    /// The warpgroup kernels (`DF11_TC_WG`, Hopper sm_90a builds; elsewhere the streaming
-    /// kernels again).
+    /// The warpgroup kernels ([`Df11Options::warpgroup`], Hopper sm_90a builds; elsewhere the
+    /// streaming kernels again).
     Warpgroup,
 }
 
@@ -123,14 +140,20 @@ impl Family {
         }
     }
 
-    /// Makes this family take the products (for the whole process).
-    fn set(self) {
-        set_tc_panel(matches!(self, Self::Panel));
-        set_tc_wg(if matches!(self, Self::Warpgroup) {
-            WgUse::All
-        } else {
-            WgUse::Off
-        });
+    /// `options` with this family taking the fused products.
+    fn options(self, options: Df11Options) -> Df11Options {
+        Df11Options {
+            matmul: MatmulPath::Fused,
+            tensor_cores: true,
+            streaming: true,
+            panel: matches!(self, Self::Panel),
+            warpgroup: if matches!(self, Self::Warpgroup) {
+                WgUse::All
+            } else {
+                WgUse::Off
+            },
+            ..options
+        }
     }
 }
 
@@ -154,8 +177,11 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
         "batch | cuBLAS{cols} (eager / graph ms) | DF11 {} TB/s{ratios} (graphs)",
         names[names.len() - 1]
     );
-    set_fused_kernel(Some(FusedKernel::TensorCore));
-    df11_candle::set_tc_stream(true);
+    let base = df11_benches::options();
+    let decode = Df11Options {
+        matmul: MatmulPath::Decode,
+        ..base
+    };
     for &batch in batches {
         // TC_PROBE_X=same: every row of x the same random row (the products are the same work;
         // a measurement of how much the inputs' values move the timing).
@@ -187,7 +213,6 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
                 }
             }
         };
-        set_matmul_path(MatmulPath::Fused);
         // Every kernel's output, bit for bit: DF11 and the twin, panel kernels on and off.
         let outputs = |ls: &[Df11Linear]| -> anyhow::Result<Vec<Vec<half::bf16>>> {
             xs.iter()
@@ -197,9 +222,15 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
         };
         let mut seen = Vec::new();
         for family in FAMILIES {
-            family.set();
-            seen.push((format!("DF11, {}", family.name()), outputs(&df11)?));
-            seen.push((format!("twin, {}", family.name()), outputs(&dense)?));
+            let o = family.options(base);
+            seen.push((
+                format!("DF11, {}", family.name()),
+                outputs(&using(&df11, o))?,
+            ));
+            seen.push((
+                format!("twin, {}", family.name()),
+                outputs(&using(&dense, o))?,
+            ));
         }
         // TC_PROBE_NO_CHECK: a difference is printed, not fatal (diagnostic kernel variants).
         let lenient = std::env::var_os("TC_PROBE_NO_CHECK").is_some();
@@ -214,20 +245,21 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
                 seen[0].0
             );
         }
-        set_matmul_path(MatmulPath::Decode);
+        let cublas_dense = using(&dense, decode);
         let cublas = (
-            time(dev, 20, || run(&dense)),
-            time_graph(dev, 20, || run(&dense))?,
+            time(dev, 20, || run(&cublas_dense)),
+            time_graph(dev, 20, || run(&cublas_dense))?,
         );
-        set_matmul_path(MatmulPath::Fused);
         let mut timed = Vec::new();
         for family in FAMILIES {
-            family.set();
-            for ls in [&dense, &df11] {
-                timed.push((time(dev, 20, || run(ls)), time_graph(dev, 20, || run(ls))?));
+            let o = family.options(base);
+            for ls in [using(&dense, o), using(&df11, o)] {
+                timed.push((
+                    time(dev, 20, || run(&ls)),
+                    time_graph(dev, 20, || run(&ls))?,
+                ));
             }
         }
-        Family::Stream.set();
         let per = repeat as f64;
         let cublas = (cublas.0 / per, cublas.1 / per);
         let timed: Vec<(f64, f64)> = timed.iter().map(|t| (t.0 / per, t.1 / per)).collect();
@@ -254,12 +286,11 @@ fn layer_mode(dev: &Device, batches: &[usize]) -> anyhow::Result<()> {
         }
         println!("{line}");
     }
-    Family::Stream.set();
-    set_fused_kernel(None);
     Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
+    df11_benches::install_tuning();
     let raw: Vec<String> = std::env::args().skip(1).collect();
     // The numbers after a mode's name.
     let numbers = || {
@@ -294,42 +325,19 @@ fn main() -> anyhow::Result<()> {
         vec![(args[0], args[1])]
     };
     let dev = Device::new_cuda(0)?;
-    // Row order unless a load below asks for the tile order.
-    df11_candle::set_tile_members(false);
+    let base = df11_benches::options();
     let mut df11 = Vec::new();
     let mut tiled = Vec::new();
     let mut dense = Vec::new();
     for (i, &(rows, cols)) in shapes.iter().enumerate() {
         let w = synth::normal_bf16(rows * cols, 0.02, 7 + i as u64);
-        let enc =
-            encode_unit(&[bytemuck::cast_slice(&w)]).map_err(|e| anyhow::anyhow!(e.reason))?;
-        let layout = UnitLayout::validate(&enc.tensors()).map_err(|d| anyhow::anyhow!("{d}"))?;
-        let names = vec!["w.weight".to_string()];
-        let t = enc.tensors();
-        let g = Df11Group::new_with_form(
-            "w",
-            names.clone(),
-            &t,
-            layout.clone(),
-            &dev,
-            ExponentForm::Packed,
-        )?;
-        anyhow::ensure!(g.is_packed(), "not packed");
-        df11_candle::set_tile_members(true);
-        let gt = Df11Group::new_shaped(
-            "w",
-            names,
-            &t,
-            layout,
-            &dev,
-            ExponentForm::Packed,
-            &[Some((rows, cols))],
-        );
-        df11_candle::set_tile_members(false);
+        // Row order, and the tile order where the shape allows it.
+        let g = packed_unit(&dev, &w, rows, cols, TileMembers::Off)?;
+        let gt = packed_unit(&dev, &w, rows, cols, TileMembers::Chunked)?;
         let l = Df11Linear::new(g, 0, rows, cols, None, DType::BF16)?;
         dense.push(l.clone().decoded()?);
         df11.push(l);
-        tiled.push(Df11Linear::new(gt?, 0, rows, cols, None, DType::BF16)?);
+        tiled.push(Df11Linear::new(gt, 0, rows, cols, None, DType::BF16)?);
     }
     let mb = shapes.iter().map(|(r, c)| (r * c * 2) as f64).sum::<f64>() / 1e6;
     println!("{shapes:?} ({mb:.0} MB BF16)  batch | cuBLAS ms | TC twin ms | TC DF11 ms | TC tiled ms | streaming: TC twin ms | TC tiled ms | CC twin ms | CC DF11 ms | streaming tiled / cuBLAS");
@@ -344,16 +352,19 @@ fn main() -> anyhow::Result<()> {
             }
         };
         let mut out = Vec::new();
-        set_matmul_path(MatmulPath::Decode);
-        out.push(time(&dev, 20, || run(&dense)));
-        set_matmul_path(MatmulPath::Fused);
+        let decode = Df11Options {
+            matmul: MatmulPath::Decode,
+            ..base
+        };
+        let cublas_dense = using(&dense, decode);
+        out.push(time(&dev, 20, || run(&cublas_dense)));
         // TC_PROBE_NO_CHECK (kernel variants that sum in another order, scripts/gpu-tc-variants.sh):
         // a difference from the twin is printed with the largest difference from cuBLAS, not fatal.
         let lenient = std::env::var_os("TC_PROBE_NO_CHECK").is_some();
-        let check = |ls: &[Df11Linear], what: &str| -> anyhow::Result<()> {
+        let check = |ls: &[Df11Linear], twins: &[Df11Linear], what: &str| -> anyhow::Result<()> {
             for (i, x) in xs.iter().enumerate() {
                 let a = ls[i].forward(x)?.flatten_all()?.to_vec1::<half::bf16>()?;
-                let b = dense[i]
+                let b = twins[i]
                     .forward(x)?
                     .flatten_all()?
                     .to_vec1::<half::bf16>()?;
@@ -364,12 +375,10 @@ fn main() -> anyhow::Result<()> {
                     lenient,
                     "{what}: DF11 differs from the twin at batch {batch}"
                 );
-                set_matmul_path(MatmulPath::Decode);
-                let c = dense[i]
+                let c = cublas_dense[i]
                     .forward(x)?
                     .flatten_all()?
                     .to_vec1::<half::bf16>()?;
-                set_matmul_path(MatmulPath::Fused);
                 let err = |v: &[half::bf16]| {
                     v.iter()
                         .zip(&c)
@@ -385,26 +394,43 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         };
-        set_fused_kernel(Some(FusedKernel::TensorCore));
-        for stream in [false, true] {
-            df11_candle::set_tc_stream(stream);
-            check(&df11, "TC row order")?;
-            check(&tiled, "TC tiled")?;
-            out.push(time(&dev, 20, || run(&dense)));
-            if !stream {
-                out.push(time(&dev, 20, || run(&df11)));
+        for streaming in [false, true] {
+            // Row-order members plan as `DF11_TILE=off` does, tiled ones as the default.
+            let row_order = Df11Options {
+                matmul: MatmulPath::Fused,
+                tensor_cores: true,
+                streaming,
+                tiles: TileMembers::Off,
+                ..base
+            };
+            let tiled_order = Df11Options {
+                tiles: TileMembers::Chunked,
+                ..row_order
+            };
+            let (d, dt) = (using(&dense, row_order), using(&dense, tiled_order));
+            let (r, t) = (using(&df11, row_order), using(&tiled, tiled_order));
+            check(&r, &d, "TC row order")?;
+            check(&t, &dt, "TC tiled")?;
+            out.push(time(&dev, 20, || run(&dt)));
+            if !streaming {
+                out.push(time(&dev, 20, || run(&r)));
             }
-            out.push(time(&dev, 20, || run(&tiled)));
+            out.push(time(&dev, 20, || run(&t)));
         }
-        set_fused_kernel(Some(FusedKernel::CudaCore));
+        let cuda_core = Df11Options {
+            matmul: MatmulPath::Fused,
+            tensor_cores: false,
+            tiles: TileMembers::Off,
+            ..base
+        };
         if batch <= 8 {
-            check(&df11, "CUDA-core")?;
-            out.push(time(&dev, 20, || run(&dense)));
-            out.push(time(&dev, 20, || run(&df11)));
+            let (d, r) = (using(&dense, cuda_core), using(&df11, cuda_core));
+            check(&r, &d, "CUDA-core")?;
+            out.push(time(&dev, 20, || run(&d)));
+            out.push(time(&dev, 20, || run(&r)));
         } else {
             out.extend([f64::NAN, f64::NAN]);
         }
-        set_fused_kernel(None);
         println!(
             "{batch:>6} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.2}x",
             out[0] * 1e3,

@@ -2,13 +2,18 @@
 //! whole and by slices of weight rows (the module doc of `main.rs`).
 
 use candle_core::{DType, Device, Module, Tensor};
-use df11_candle::{set_matmul_path, MatmulPath};
+use df11_candle::{Df11Options, MatmulPath};
 
-use super::{tiled_linears, time, LAYER_AS_LAUNCHED};
+use super::{tiled_linears, time, using, LAYER_AS_LAUNCHED};
 
 /// `tc_probe prefill M SLICE...` (module doc).
 pub(crate) fn prefill_mode(dev: &Device, m: usize, slices: &[usize]) -> anyhow::Result<()> {
     let (df11, dense, _) = tiled_linears(dev, &LAYER_AS_LAUNCHED)?;
+    let decode = Df11Options {
+        matmul: MatmulPath::Decode,
+        ..df11_benches::options()
+    };
+    let df11 = using(&df11, decode);
     let weights = dense
         .iter()
         .map(|l| Ok(l.weight()?))
@@ -43,7 +48,6 @@ pub(crate) fn prefill_mode(dev: &Device, m: usize, slices: &[usize]) -> anyhow::
                 .reshape((r1 - r0, cols))
         }
     };
-    set_matmul_path(MatmulPath::Decode);
     let whole_bf16 = time(dev, 10, || {
         for (w, x) in weights.iter().zip(&xs) {
             product(w, x).unwrap();
@@ -84,6 +88,5 @@ pub(crate) fn prefill_mode(dev: &Device, m: usize, slices: &[usize]) -> anyhow::
             bf16 / ours
         );
     }
-    set_matmul_path(MatmulPath::Auto);
     Ok(())
 }

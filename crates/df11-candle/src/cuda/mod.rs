@@ -21,7 +21,7 @@
 //! - `runtime`: what every launch shares: `launch` (grid sizing, argument checks, the
 //!   CUDA-only op wrapper, `push_args!`), `module` (our kernels' fatbins, loaded once per
 //!   context), `pdl` (programmatic dependent launches, sm_90+), `streams` (one stream waiting
-//!   for another's work), `setting` (the process-wide settings).
+//!   for another's work).
 //!
 //! Each module keeps its plain path (`crate::cuda::launch`, `df11_candle::cuda::packed`) through
 //! the re-exports below. The kernels' contracts are in `kernels/README.md`.
@@ -40,12 +40,6 @@ pub use llm::*;
 pub use products::*;
 #[cfg(feature = "cuda")]
 pub use runtime::*;
-// Without CUDA the room holds only crate-private modules (the settings).
-#[cfg(not(feature = "cuda"))]
-pub(crate) use runtime::*;
-
-#[cfg(feature = "cuda")]
-pub use pdl::set_pdl;
 #[cfg(feature = "cuda")]
 #[doc(hidden)]
 pub use unit::build_on_gpu_to_host;

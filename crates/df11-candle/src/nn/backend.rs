@@ -284,7 +284,8 @@ impl Df11Backend {
         // Free the previous unit before decoding the next one.
         *cache = None;
         let model = &self.inner.model;
-        let group = Df11Group::load(model, &model.units()[unit], device)?;
+        let placement = crate::nn::group::UnitPlacement::default();
+        let group = Df11Group::load(model, &model.units()[unit], device, &placement)?;
         let values = group.decode()?;
         group.check_status()?;
         self.inner.decodes.fetch_add(1, Ordering::Relaxed);

@@ -80,14 +80,6 @@ impl CustomOp1 for DecodeOp<'_> {
     }
 }
 
-/// Whether [`crate::Df11Group::decode_elements`] uses the segment kernel on CUDA (the default;
-/// `DF11_DECODE_KERNEL=blocks` selects the block kernel of `kernels/df11_decode.cu`).
-#[cfg(feature = "cuda")]
-pub(crate) fn segment_decode_enabled() -> bool {
-    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ENABLED.get_or_init(|| std::env::var("DF11_DECODE_KERNEL").map_or(true, |v| v != "blocks"))
-}
-
 /// What [`SegmentDecodeOp`] decodes.
 #[cfg(feature = "cuda")]
 pub(crate) enum Wanted<'a> {

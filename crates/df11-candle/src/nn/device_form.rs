@@ -101,30 +101,35 @@ impl OnDevice {
     }
 }
 
-/// Puts validated unit tensors on `device` (exponents in `form` on CUDA; a packed form stores
-/// the members `orders` tiles in the tile order, `sign_mantissa` too).
+/// Puts validated unit tensors on `device` (exponents in `options.exponents` on CUDA; a packed
+/// form stores the members `orders` tiles in the tile order, `sign_mantissa` too).
 pub(crate) fn upload(
     name: &str,
     t: &UnitTensors<'_>,
     layout: &UnitLayout,
     device: &Device,
-    form: crate::ExponentForm,
+    options: &crate::Df11Options,
     orders: &[Option<crate::cuda::tile_order::TileOrder>],
 ) -> Result<OnDevice> {
     #[cfg(not(feature = "cuda"))]
-    let _ = (name, layout, form, orders);
+    let _ = (name, layout, options, orders);
     match device {
         Device::Cpu => OnDevice::on_cpu(t.sign_mantissa, t.encoded_exponent, t.luts, t.gaps),
         #[cfg(feature = "cuda")]
         Device::Cuda(dev) => {
             let sign_mantissa = crate::load_profile::timed(
+                options.profile_load,
                 crate::load_profile::Phase::UploadSignMantissa,
                 t.sign_mantissa.len(),
                 || {
                     let _ = dev.cuda_stream().synchronize();
                 },
                 || -> candle_core::Result<Tensor> {
-                    let sm = crate::cuda::staged_copy::upload(dev, t.sign_mantissa)?;
+                    let sm = crate::cuda::staged_copy::upload(
+                        dev,
+                        t.sign_mantissa,
+                        options.staged_copy,
+                    )?;
                     Ok(Tensor::from_storage(
                         candle_core::Storage::Cuda(candle_core::CudaStorage::wrap_cuda_slice(
                             sm,
@@ -147,7 +152,7 @@ pub(crate) fn upload(
                 name,
                 t,
                 layout,
-                form,
+                options,
                 orders,
                 (sm, sm_layout),
             )?;

@@ -22,9 +22,10 @@ use crate::format::model::{Df11Model, Df11Unit};
 use crate::format::unit::{UnitLayout, UnitTensors};
 use crate::nn::decode_ops::DecodeOp;
 #[cfg(feature = "cuda")]
-use crate::nn::decode_ops::{segment_decode_enabled, SegmentDecodeOp, Wanted};
+use crate::nn::decode_ops::{SegmentDecodeOp, Wanted};
 pub(crate) use crate::nn::device_form::Store;
 use crate::nn::device_form::{upload, Held, OnDevice};
+use crate::options::Df11Options;
 
 #[cfg(feature = "cuda")]
 mod ahead;
@@ -42,6 +43,7 @@ pub struct Df11Group {
     layout: UnitLayout,
     members: Vec<String>,
     device: Device,
+    options: Df11Options,
     residency: Residency,
     /// Members decoded ahead on a second stream ([`Df11Group::decode_ahead`]).
     #[cfg(feature = "cuda")]
@@ -62,53 +64,45 @@ impl std::fmt::Debug for Df11Group {
     }
 }
 
+/// How a unit is put on its device: the options it runs by, whether it is offloaded, and the
+/// shapes of its members where the caller knows them.
+#[derive(Debug, Clone, Default)]
+pub struct UnitPlacement {
+    /// The options the unit's form and products follow ([`Df11Options`]).
+    pub options: Df11Options,
+    /// Keep the unit in host memory and put it on the device only while staged
+    /// ([`Df11Group::stage`]; an operation on an unstaged unit stages it itself). Its device
+    /// form is built at load and checked as a resident unit's is.
+    pub offloaded: bool,
+    /// `[rows, cols]` of member `i` at `shapes[i]` (missing or `None`: unknown). On CUDA, in the
+    /// packed form, a member whose shape suits the tensor-core kernels is stored in their tile
+    /// order where [`Df11Options::tiles`] says so (`crate::cuda::tile_order`): the products read
+    /// it in long runs. Decoded weights and products are the same bits either way; a tiled
+    /// member is used through the tensor-core kernels (or decoded), never the CUDA-core fused
+    /// kernels.
+    pub shapes: Vec<Option<(usize, usize)>>,
+}
+
 impl Df11Group {
-    /// Puts a unit of an opened model on `device` (exponents in [`crate::exponent_form`]).
-    pub fn load(model: &Df11Model, unit: &Df11Unit, device: &Device) -> Result<Arc<Self>> {
-        Self::load_with_form(model, unit, device, crate::exponent_form())
-    }
-
-    /// [`Self::load`] with the exponents' device form given (ignored on the CPU).
-    pub fn load_with_form(
+    /// Puts a unit of an opened model on `device` as `placement` says; a defect names the
+    /// model's file.
+    pub fn load(
         model: &Df11Model,
         unit: &Df11Unit,
         device: &Device,
-        form: crate::ExponentForm,
-    ) -> Result<Arc<Self>> {
-        Self::load_shaped(model, unit, device, form, false, &[])
-    }
-
-    /// [`Self::load_with_form`], offloaded ([`Self::new_offloaded`]).
-    pub fn load_offloaded(
-        model: &Df11Model,
-        unit: &Df11Unit,
-        device: &Device,
-        form: crate::ExponentForm,
-    ) -> Result<Arc<Self>> {
-        Self::load_shaped(model, unit, device, form, true, &[])
-    }
-
-    /// A unit of an opened model, resident or offloaded, with the shapes of its members where
-    /// the caller knows them (see [`Self::new_shaped`]); a defect names the model's file.
-    pub fn load_shaped(
-        model: &Df11Model,
-        unit: &Df11Unit,
-        device: &Device,
-        form: crate::ExponentForm,
-        offloaded: bool,
-        shapes: &[Option<(usize, usize)>],
+        placement: &UnitPlacement,
     ) -> Result<Arc<Self>> {
         let t = model.unit_tensors(unit)?;
         let (name, members, layout) = (&unit.name, unit.members.clone(), unit.layout.clone());
-        let built = Self::build(name, members, &t, layout, device, form, offloaded, shapes);
+        let built = Self::new(name, members, &t, layout, device, placement);
         built.map_err(|e| match e {
             Df11Error::InvalidUnit { defect, .. } => model.invalid(unit, defect),
             other => other,
         })
     }
 
-    /// Puts validated unit tensors on `device`. `members` names the decoded matrices. On CUDA
-    /// the exponents take the form [`crate::exponent_form`] says.
+    /// Puts validated unit tensors on `device` as `placement` says. `members` names the decoded
+    /// matrices. On CUDA the exponents take the form [`Df11Options::exponents`] says.
     ///
     /// On CUDA the unit is decoded once here on the CPU (and, kept as Huffman, once more by the
     /// block kernel, whose status word is checked), so a unit whose bitstream is corrupt is
@@ -119,83 +113,41 @@ impl Df11Group {
         t: &UnitTensors<'_>,
         layout: UnitLayout,
         device: &Device,
+        placement: &UnitPlacement,
     ) -> Result<Arc<Self>> {
-        Self::new_with_form(name, members, t, layout, device, crate::exponent_form())
+        Self::build(name, members, t, layout, device, placement)
     }
 
-    /// [`Self::new`] with the exponents' device form given (ignored on the CPU).
-    pub fn new_with_form(
-        name: &str,
-        members: Vec<String>,
-        t: &UnitTensors<'_>,
-        layout: UnitLayout,
-        device: &Device,
-        form: crate::ExponentForm,
-    ) -> Result<Arc<Self>> {
-        Self::build(name, members, t, layout, device, form, false, &[])
-    }
-
-    /// [`Self::new_with_form`] with the shapes `[rows, cols]` of the members where the caller
-    /// knows them (`shapes[i]` for member `i`; missing or `None`: unknown). On CUDA, in the
-    /// packed form, while [`crate::tile_members_enabled`] (`DF11_TILE`, on by default), a
-    /// member whose shape suits the tensor-core kernels is stored in their tile order
-    /// (`crate::cuda::tile_order`): the products read it in long runs. Decoded weights and
-    /// products are the same bits either way; a tiled member is used through the tensor-core
-    /// kernels (or decoded), never the CUDA-core fused kernels.
-    pub fn new_shaped(
-        name: &str,
-        members: Vec<String>,
-        t: &UnitTensors<'_>,
-        layout: UnitLayout,
-        device: &Device,
-        form: crate::ExponentForm,
-        shapes: &[Option<(usize, usize)>],
-    ) -> Result<Arc<Self>> {
-        Self::build(name, members, t, layout, device, form, false, shapes)
-    }
-
-    /// Like [`Self::new_with_form`], but the unit is offloaded: its device form is built now
-    /// (and checked as a resident unit's is) and kept in host memory, and put on `device` only
-    /// while staged ([`Self::stage`]; an operation on an unstaged unit stages it itself).
-    pub fn new_offloaded(
-        name: &str,
-        members: Vec<String>,
-        t: &UnitTensors<'_>,
-        layout: UnitLayout,
-        device: &Device,
-        form: crate::ExponentForm,
-    ) -> Result<Arc<Self>> {
-        Self::build(name, members, t, layout, device, form, true, &[])
-    }
-
-    #[allow(clippy::too_many_arguments)]
     fn build(
         name: &str,
         members: Vec<String>,
         t: &UnitTensors<'_>,
         layout: UnitLayout,
         device: &Device,
-        form: crate::ExponentForm,
-        offloaded: bool,
-        shapes: &[Option<(usize, usize)>],
+        placement: &UnitPlacement,
     ) -> Result<Arc<Self>> {
-        let orders = if crate::tile_members_enabled() {
-            crate::cuda::tile_order::member_orders(&layout.member_ranges(), shapes)
+        let options = placement.options;
+        let orders = if options.tiles != crate::TileMembers::Off {
+            let ranges = layout.member_ranges();
+            crate::cuda::tile_order::member_orders(options.tiles, &ranges, &placement.shapes)
         } else {
             Vec::new()
         };
-        let residency = if offloaded {
+        let residency = if placement.offloaded {
             Residency::Offloaded(Box::new(crate::nn::offload::Offloaded::new(
-                name, t, &layout, device, form, &orders,
+                name, t, &layout, device, &options, &orders,
             )?))
         } else {
-            Residency::Resident(Box::new(upload(name, t, &layout, device, form, &orders)?))
+            Residency::Resident(Box::new(upload(
+                name, t, &layout, device, &options, &orders,
+            )?))
         };
         let group = Arc::new(Self {
             name: name.to_string(),
             layout,
             members,
             device: device.clone(),
+            options,
             residency,
             #[cfg(feature = "cuda")]
             ahead: std::sync::Mutex::new(None),
@@ -293,6 +245,11 @@ impl Df11Group {
         &self.device
     }
 
+    /// The options the unit was put on its device with (and its products follow).
+    pub fn options(&self) -> &Df11Options {
+        &self.options
+    }
+
     /// Bytes the unit occupies on the device (an offloaded unit: while staged).
     pub fn device_bytes(&self) -> usize {
         match &self.residency {
@@ -346,7 +303,8 @@ impl Df11Group {
             let on = self.on_device()?;
             if let Store::Cuda(c) = &on.store {
                 let packed = c.packed().is_some();
-                if packed || (segment_decode_enabled() && c.segment_args(&self.layout).is_some()) {
+                if packed || (self.options.segment_decode && c.segment_args(&self.layout).is_some())
+                {
                     if elements.end > self.layout.n_elements || elements.start > elements.end {
                         return Err(Df11Error::Usage(format!(
                             "elements {elements:?} outside the {} of `{}`",

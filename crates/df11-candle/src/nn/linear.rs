@@ -14,6 +14,7 @@ use candle_core::{DType, Module, Tensor};
 
 use crate::error::{Df11Error, Result};
 use crate::nn::group::Df11Group;
+use crate::options::Df11Options;
 
 /// One member matrix of a unit: where it lies in the unit.
 #[derive(Debug, Clone)]
@@ -78,6 +79,8 @@ pub struct Df11Linear {
     weight: Weight,
     bias: Option<Tensor>,
     dtype: DType,
+    /// The unit's options (kept when the weight is decoded at load: the products plan by them).
+    options: Df11Options,
 }
 
 impl Df11Linear {
@@ -92,11 +95,13 @@ impl Df11Linear {
         bias: Option<Tensor>,
         dtype: DType,
     ) -> Result<Self> {
+        let options = *group.options();
         let slice = MemberSlice::new(group, member, (out_features, in_features))?;
         Ok(Self {
             weight: Weight::Compressed(slice),
             bias: bias.map(|b| b.to_dtype(dtype)).transpose()?,
             dtype,
+            options,
         })
     }
 
@@ -117,6 +122,7 @@ impl Df11Linear {
                 "a stacked linear layer needs at least one member".into(),
             ));
         }
+        let options = *members[0].0.options();
         let slices = members
             .iter()
             .map(|(g, m, out)| MemberSlice::new(g.clone(), *m, (*out, in_features)))
@@ -142,7 +148,21 @@ impl Df11Linear {
             weight,
             bias: bias.map(|b| b.to_dtype(dtype)).transpose()?,
             dtype,
+            options,
         })
+    }
+
+    /// The same layer running by `options` (its unit's by default). The run-time choices apply
+    /// (matmul path, fused kernel families, PDL); the layout fields (exponent form, tiling) stay
+    /// as the unit was loaded, so give the options it was loaded with but those. A BF16 twin
+    /// given the same options gives the same bits.
+    pub fn with_options(self, options: Df11Options) -> Self {
+        Self { options, ..self }
+    }
+
+    /// The options its products plan by.
+    pub fn options(&self) -> &Df11Options {
+        &self.options
     }
 
     /// The same layer with its weight decoded once and kept (BF16-sized memory): the reference
@@ -208,7 +228,7 @@ impl Module for Df11Linear {
             Weight::Compressed(s) => {
                 let (rows, cols) = s.shape;
                 let base = s.elements.start;
-                if let Some(kernel) = crate::cuda::matmul::fused_kernel(x, cols) {
+                if let Some(kernel) = crate::cuda::matmul::fused_kernel(x, cols, &self.options) {
                     return crate::cuda::launch::apply_rows(
                         x,
                         cols,
@@ -217,7 +237,7 @@ impl Module for Df11Linear {
                         kernel.limit_rows(),
                         |x2| {
                             s.group
-                                .fused_matmul(x2, base, rows, cols, kernel)
+                                .fused_matmul(x2, base, rows, cols, kernel, &self.options)
                                 .map_err(candle_core::Error::wrap)
                         },
                     );
@@ -225,7 +245,7 @@ impl Module for Df11Linear {
             }
             Weight::Stacked(slices) => {
                 let cols = slices[0].shape.1;
-                if let Some(kernel) = crate::cuda::matmul::fused_kernel(x, cols) {
+                if let Some(kernel) = crate::cuda::matmul::fused_kernel(x, cols, &self.options) {
                     let parts = slices
                         .iter()
                         .map(|s| {
@@ -238,7 +258,7 @@ impl Module for Df11Linear {
                                 kernel.limit_rows(),
                                 |x2| {
                                     s.group
-                                        .fused_matmul(x2, base, rows, cols, kernel)
+                                        .fused_matmul(x2, base, rows, cols, kernel, &self.options)
                                         .map_err(candle_core::Error::wrap)
                                 },
                             )
@@ -252,7 +272,9 @@ impl Module for Df11Linear {
                 }
             }
             Weight::Decoded(w) => {
-                if let Some(y) = crate::cuda::twin::twin_linear(w, self.bias.as_ref(), x)? {
+                if let Some(y) =
+                    crate::cuda::twin::twin_linear(w, self.bias.as_ref(), x, &self.options)?
+                {
                     return Ok(y);
                 }
             }
@@ -302,17 +324,13 @@ pub struct Df11Embedding {
     dtype: DType,
     hidden: usize,
     chunk_elements: usize,
+    /// Lookups take the rows kernel where it runs ([`Df11Options::embedding_rows`]).
+    rows_kernel: bool,
 }
 
 /// Up to this many distinct ids, each row is decoded on its own; above, the table is decoded a
 /// chunk of rows at a time and the rows the ids need are kept (where no rows kernel runs).
 const ROW_DECODE_LIMIT: usize = 16;
-/// Whether embeddings take the rows kernel where it runs (`DF11_EMBED_ROWS=off`: the row-by-row
-/// and chunked decodes, for measurements; the same rows either way).
-fn rows_kernel() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("DF11_EMBED_ROWS").map_or(true, |v| v != "off"))
-}
 /// Elements of the table decoded at once above [`ROW_DECODE_LIMIT`] (64 MB of BF16): the
 /// transient memory of an embedding, instead of the whole table.
 const CHUNK_ELEMENTS: usize = 1 << 25;
@@ -326,12 +344,14 @@ impl Df11Embedding {
         hidden: usize,
         dtype: DType,
     ) -> Result<Self> {
+        let rows_kernel = group.options().embedding_rows;
         let slice = MemberSlice::new(group, member, (vocab, hidden))?;
         Ok(Self {
             weight: Weight::Compressed(slice),
             dtype,
             hidden,
             chunk_elements: CHUNK_ELEMENTS,
+            rows_kernel,
         })
     }
 
@@ -379,7 +399,7 @@ impl Df11Embedding {
         let row = |id: usize| s.elements.start + id * hidden;
         let mut out_shape = ids.dims().to_vec();
         out_shape.push(hidden);
-        if rows_kernel() {
+        if self.rows_kernel {
             let starts: Vec<usize> = flat.iter().map(|&id| row(id as usize)).collect();
             if let Some(t) = s.group.decode_rows(&starts, hidden)? {
                 return Ok(t.reshape(out_shape)?.to_dtype(self.dtype)?);

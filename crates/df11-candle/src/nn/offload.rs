@@ -59,11 +59,11 @@ impl Offloaded {
         t: &UnitTensors<'_>,
         layout: &UnitLayout,
         device: &Device,
-        form: crate::ExponentForm,
+        options: &crate::Df11Options,
         orders: &[Option<crate::cuda::tile_order::TileOrder>],
     ) -> Result<Self> {
         #[cfg(not(feature = "cuda"))]
-        let _ = (name, form, orders);
+        let _ = (name, options, orders);
         let host = match device {
             Device::Cpu => HostForm::Cpu {
                 sign_mantissa: t.sign_mantissa.to_vec(),
@@ -73,8 +73,13 @@ impl Offloaded {
             },
             #[cfg(feature = "cuda")]
             Device::Cuda(dev) => {
-                let (mut exponents, tiled) =
-                    crate::cuda::unit::HostExponents::build(name, t, layout, form, orders)?;
+                let (mut exponents, tiled) = crate::cuda::unit::HostExponents::build(
+                    name,
+                    t,
+                    layout,
+                    options.exponents,
+                    orders,
+                )?;
                 exponents.pin(dev)?;
                 let mut sign_mantissa: crate::cuda::upload::HostArray<u8> =
                     tiled.unwrap_or_else(|| t.sign_mantissa.to_vec()).into();

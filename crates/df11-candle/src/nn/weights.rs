@@ -13,9 +13,10 @@ use crate::error::{Df11Error, Result};
 use crate::format::model::Df11Model;
 use crate::format::safetensors_index::{RawTensor, SafetensorsIndex};
 use crate::nn::group::Df11Group;
+use crate::options::Df11Options;
 
 mod layers;
-pub use layers::{set_stack_projections, stacks_projections, Embedding, Linear};
+pub use layers::{stacks_projections, Embedding, Linear};
 
 enum Source {
     Df11 {
@@ -50,8 +51,10 @@ pub struct ModelWeights {
     format: WeightFormat,
     device: Device,
     dtype: DType,
-    /// Compressed units of this view are offloaded ([`Df11Group::new_offloaded`]).
+    /// Compressed units of this view are offloaded ([`crate::nn::group::UnitPlacement::offloaded`]).
     offload: bool,
+    /// How its weights are laid out and multiplied on the device.
+    options: Df11Options,
 }
 
 impl std::fmt::Debug for ModelWeights {
@@ -80,17 +83,42 @@ pub fn candle_dtype(d: safetensors::Dtype) -> Option<DType> {
 }
 
 impl ModelWeights {
-    /// Opens `dir` in the given format.
+    /// Opens `dir` in the given format, with the default [`Df11Options`].
     pub fn open(dir: &Path, format: WeightFormat, device: &Device, dtype: DType) -> Result<Self> {
+        Self::open_with(dir, format, device, dtype, Df11Options::default())
+    }
+
+    /// Opens `dir` in the given format; every weight it hands out follows `options`. A DF11
+    /// model and its BF16 original opened with the same options give the same bits.
+    pub fn open_with(
+        dir: &Path,
+        format: WeightFormat,
+        device: &Device,
+        dtype: DType,
+        options: Df11Options,
+    ) -> Result<Self> {
         use crate::load_profile::{timed, Phase};
+        let profile = options.profile_load;
         let source = match format {
             WeightFormat::Df11 | WeightFormat::Df11DecodedAtLoad => Source::Df11 {
-                model: Box::new(timed(Phase::Open, 0, || {}, || Df11Model::open(dir))?),
+                model: Box::new(timed(
+                    profile,
+                    Phase::Open,
+                    0,
+                    || {},
+                    || Df11Model::open(dir),
+                )?),
                 groups: Mutex::new(HashMap::new()),
                 shapes: Mutex::new(HashMap::new()),
             },
             WeightFormat::Dense => {
-                let index = timed(Phase::Open, 0, || {}, || SafetensorsIndex::open_dir(dir))?;
+                let index = timed(
+                    profile,
+                    Phase::Open,
+                    0,
+                    || {},
+                    || SafetensorsIndex::open_dir(dir),
+                )?;
                 if index.files().next().is_none() {
                     return Err(Df11Error::NotAModel {
                         path: dir.to_path_buf(),
@@ -113,7 +141,13 @@ impl ModelWeights {
             device: device.clone(),
             dtype,
             offload: false,
+            options,
         })
+    }
+
+    /// The options its weights follow.
+    pub fn options(&self) -> &Df11Options {
+        &self.options
     }
 
     /// The same weights, put on `device` by the modules made from the view (the folder is
@@ -126,6 +160,7 @@ impl ModelWeights {
             device: device.clone(),
             dtype: self.dtype,
             offload: false,
+            options: self.options,
         }
     }
 
@@ -260,14 +295,20 @@ impl ModelWeights {
             let _ = device.synchronize();
         };
         crate::load_profile::timed(
+            self.options.profile_load,
             crate::load_profile::Phase::PlainTensors,
             t.data.len(),
             settle,
             || {
                 #[cfg(feature = "cuda")]
                 if let Device::Cuda(d) = device {
-                    let staged =
-                        crate::cuda::staged_copy::tensor_from_bytes(d, t.data, src, &shape.into())?;
+                    let staged = crate::cuda::staged_copy::tensor_from_bytes(
+                        d,
+                        t.data,
+                        src,
+                        &shape.into(),
+                        self.options.staged_copy,
+                    )?;
                     if let Some(x) = staged {
                         return Ok(x.to_dtype(dtype)?);
                     }

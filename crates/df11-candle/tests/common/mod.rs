@@ -67,3 +67,11 @@ pub fn seeded(test: &str) -> (u64, StdRng) {
     eprintln!("{test}: seed {seed} (replay with DF11_TEST_SEED={seed})");
     (seed, StdRng::seed_from_u64(seed))
 }
+
+/// The options of a test: the `DF11_*` variables' (the GPU suite's variants set them), else the
+/// defaults.
+#[allow(dead_code)]
+pub fn options() -> df11_candle::Df11Options {
+    df11_candle::Df11Options::from_vars(|n| std::env::var(n).ok())
+        .unwrap_or_else(|e| panic!("the test's DF11 variables: {e}"))
+}

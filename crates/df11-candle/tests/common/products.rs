@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
-use df11_candle::{encode_unit, synth, Df11Group, ExponentForm, UnitLayout};
+use df11_candle::{encode_unit, synth, Df11Group, Df11Options, UnitLayout};
 use half::bf16;
 use rand::Rng;
 
@@ -67,23 +67,23 @@ pub fn random_x(
     (x, t)
 }
 
-/// A unit of members with the given shapes, N(0, 0.02) weights.
+/// A unit of members with the given shapes, N(0, 0.02) weights, loaded with `options`.
 pub fn unit_of(
     shapes: &[(usize, usize)],
     seed: u64,
     device: &Device,
-    form: ExponentForm,
+    options: Df11Options,
 ) -> (Vec<bf16>, Arc<Df11Group>) {
-    unit_of_shaped(shapes, seed, device, form, false)
+    unit_of_shaped(shapes, seed, device, options, false)
 }
 
 /// [`unit_of`], the group told its members' shapes when `tiled` (on CUDA, packed: members whose
-/// shapes allow it are stored in the tensor-core tile order).
+/// shapes allow it are stored in the tensor-core tile order, as `options.tiles` says).
 pub fn unit_of_shaped(
     shapes: &[(usize, usize)],
     seed: u64,
     device: &Device,
-    form: ExponentForm,
+    options: Df11Options,
     tiled: bool,
 ) -> (Vec<bf16>, Arc<Df11Group>) {
     let n: usize = shapes.iter().map(|(r, c)| r * c).sum();
@@ -103,6 +103,11 @@ pub fn unit_of_shaped(
     } else {
         Vec::new()
     };
-    let g = Df11Group::new_shaped("synthetic", names, &t, layout, device, form, &given).unwrap();
+    let placement = df11_candle::UnitPlacement {
+        options,
+        offloaded: false,
+        shapes: given,
+    };
+    let g = Df11Group::new("synthetic", names, &t, layout, device, &placement).unwrap();
     (w, g)
 }

@@ -38,6 +38,9 @@ pub struct SelfAttention {
     norm: crate::spec::NormKind,
     scale: f64,
     softcap: Option<f64>,
+    /// The step kernels' launches may be programmatic dependent launches.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pdl: bool,
 }
 
 impl SelfAttention {
@@ -126,6 +129,7 @@ impl SelfAttention {
             norm: spec.norm,
             scale: spec.attention_scale,
             softcap: spec.attn_softcap,
+            pdl: weights.options().pdl,
         })
     }
 
@@ -211,7 +215,7 @@ impl SelfAttention {
         let (rows, _, seq, _) = q.dims4()?;
         let (k, v) = kv.read(first_slot, rows, start + seq)?;
         let out = match self.softcap {
-            None => attention(&q, &k, &v, self.scale, mask)?,
+            None => attention(&q, &k, &v, self.scale, mask, self.pdl)?,
             Some(cap) => softcapped_attention(&q, &k, &v, self.scale, cap, mask)?,
         };
         Ok(self.o_proj.forward(&merge_heads(&out)?)?)
@@ -279,6 +283,7 @@ impl SelfAttention {
             ctx.slots,
             kv.tensor(),
             self.heads,
+            self.pdl,
         )?)
     }
 
@@ -302,6 +307,7 @@ impl SelfAttention {
             self.softcap.map(|c| c as f32),
             ctx.window,
             ctx.splits,
+            self.pdl,
         )?)
     }
 

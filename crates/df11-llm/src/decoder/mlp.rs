@@ -20,6 +20,8 @@ pub struct GatedMlp {
     down_proj: Linear,
     intermediate: usize,
     activation: crate::spec::Activation,
+    /// The activation's CUDA launch may be a programmatic dependent launch.
+    pdl: bool,
 }
 
 impl GatedMlp {
@@ -81,6 +83,7 @@ impl GatedMlp {
             down_proj: linear("down_proj")?,
             intermediate: spec.intermediate_size,
             activation: spec.activation,
+            pdl: weights.options().pdl,
         })
     }
 
@@ -93,7 +96,7 @@ impl GatedMlp {
         {
             if x.device().is_cuda() && x.dtype() == candle_core::DType::BF16 {
                 let both = gate_up.forward(x)?;
-                let act = df11_candle::ops::silu_mul_halves_bf16(&both)?;
+                let act = df11_candle::ops::silu_mul_halves_bf16(&both, self.pdl)?;
                 return Ok(self.down_proj.forward(&act)?);
             }
         }
@@ -110,6 +113,6 @@ impl GatedMlp {
         };
         Ok(self
             .down_proj
-            .forward(&gated(self.activation, &gate, &up)?)?)
+            .forward(&gated(self.activation, &gate, &up, self.pdl)?)?)
     }
 }

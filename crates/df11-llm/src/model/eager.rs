@@ -29,7 +29,12 @@ impl DecoderModel {
             if seg.layers.is_empty() {
                 continue;
             }
-            x = hand_over(std::slice::from_ref(&x), &seg.device)?.remove(0);
+            x = hand_over(
+                std::slice::from_ref(&x),
+                &seg.device,
+                self.options.split_copy,
+            )?
+            .remove(0);
             let in_place =
                 self.prompt_rows(attention, ids.dim(0)?, seq, first_slot, start, &seg.device)?;
             let tables = caches.tables[s]
@@ -102,7 +107,7 @@ impl DecoderModel {
     ) -> Result<Option<candle_core::cuda_backend::CudaDevice>> {
         if !self.options.decode_ahead
             || !device.is_cuda()
-            || df11_candle::matmul::use_fused(rows, device)
+            || df11_candle::matmul::use_fused(rows, device, &self.weight_options)
         {
             return Ok(None);
         }

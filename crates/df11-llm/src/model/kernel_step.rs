@@ -94,7 +94,7 @@ impl DecoderModel {
             let ids = Tensor::new(tokens, &Device::Cpu)?.unsqueeze(1)?;
             let mut carry = vec![self.embed(&ids)?.contiguous()?];
             for (s, seg) in self.placement.segments().iter().enumerate() {
-                let inputs = hand_over(&carry, &seg.device)?;
+                let inputs = hand_over(&carry, &seg.device, self.options.split_copy)?;
                 let (positions, slots) = rows.to_device(&seg.device)?;
                 carry = self.segment_body(s, &inputs, &positions, &slots)?;
             }
@@ -119,7 +119,7 @@ impl DecoderModel {
         let segments = self.placement.segments().len();
         for s in 0..segments {
             let device = self.placement.segments()[s].device.clone();
-            let inputs = hand_over(&carry, &device)?;
+            let inputs = hand_over(&carry, &device, self.options.split_copy)?;
             let captured = self.graphs.get(&bucket).map_or(0, Vec::len);
             carry = if s < captured {
                 self.graphs[&bucket][s].replay(&inputs, &padded.positions, &padded.slots)?

@@ -24,7 +24,8 @@ mod kernel_step;
 mod options;
 mod plan;
 
-pub use options::{DecodeOptions, PromptAttention, DEFAULT_MAX_CONTEXT};
+pub use options::VARIABLES as DECODE_VARIABLES;
+pub use options::{DecodeOptions, PromptAttention, SplitCopy, DEFAULT_MAX_CONTEXT};
 
 use candle_core::{DType, Device, Module, Tensor};
 use df11_candle::{Embedding, Linear, ModelWeights};
@@ -71,6 +72,8 @@ pub struct DecoderModel {
     offloaded_units: Vec<Vec<std::sync::Arc<df11_candle::Df11Group>>>,
     dtype: DType,
     options: DecodeOptions,
+    /// The options its weights were loaded with (the fused launches and the plan follow them).
+    weight_options: df11_candle::Df11Options,
     /// Units decoded ahead so far ([`DecodeOptions::decode_ahead`]; for tests and reports).
     decoded_ahead: std::sync::atomic::AtomicUsize,
     /// Captured decode steps by bucket of rows: one graph per segment.
@@ -187,6 +190,7 @@ impl DecoderModel {
             offloaded_units,
             dtype: weights.dtype(),
             options: DecodeOptions::default(),
+            weight_options: *weights.options(),
             decoded_ahead: Default::default(),
             #[cfg(feature = "cuda")]
             graphs: Default::default(),
@@ -235,7 +239,7 @@ impl DecoderModel {
         let out = body();
         self.release_layer(layer);
         #[cfg(feature = "cuda")]
-        if df11_candle::cuda::streams::debug_sync().layer {
+        if self.weight_options.debug_sync.layer {
             if let candle_core::Device::Cuda(dev) = self.placement.device_of(layer) {
                 df11_candle::cuda::streams::sync_unless_capturing(dev)?;
             }
@@ -251,6 +255,11 @@ impl DecoderModel {
     /// How decode steps run.
     pub fn options(&self) -> &DecodeOptions {
         &self.options
+    }
+
+    /// How its weights are laid out and multiplied (given at load).
+    pub fn weight_options(&self) -> &df11_candle::Df11Options {
+        &self.weight_options
     }
 
     /// Sets how decode steps run; the KV cache and captured graphs are dropped (made again at

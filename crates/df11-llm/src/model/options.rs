@@ -1,5 +1,7 @@
 //! How a [`super::DecoderModel`] runs: the maximum context, the CUDA graph, decode-ahead, the
-//! prompt's attention ([`DecodeOptions`], [`PromptAttention`]).
+//! prompt's attention, the copies between the GPUs of a split ([`DecodeOptions`],
+//! [`PromptAttention`]). The library reads no environment variable: a program passes the
+//! `DF11_*` variables in through [`DecodeOptions::from_vars`].
 
 /// The context a model gets when none is asked for (capped by the model's own maximum).
 pub const DEFAULT_MAX_CONTEXT: usize = 4096;
@@ -10,36 +12,109 @@ pub struct DecodeOptions {
     /// Positions each sequence may reach (the KV cache's size); `None`: the model's maximum,
     /// capped at [`DEFAULT_MAX_CONTEXT`].
     pub max_context: Option<usize>,
-    /// Capture decode steps as CUDA graphs (CUDA, BF16). Off with `DF11_CUDA_GRAPH=0`.
+    /// Capture decode steps as CUDA graphs (CUDA, BF16; `DF11_CUDA_GRAPH`).
     pub cuda_graph: bool,
-    /// Run decode steps through the step kernels (CUDA, BF16); off, they run the eager pass.
-    /// Off with `DF11_STEP_KERNELS=0`.
+    /// Run decode steps through the step kernels (CUDA, BF16); off, they run the eager pass
+    /// (`DF11_STEP_KERNELS`).
     pub step_kernels: bool,
     /// How prompts' attention runs where the step kernels run (CUDA, BF16); elsewhere, and for
-    /// head sizes the kernel does not take, candle's matmul attention. Default
-    /// [`PromptAttention::Flash`]; `DF11_PROMPT_ATTENTION=matmul|flash-decoding|flash` (or
-    /// `DF11_FLASH_PREFILL=1`: flash-decoding) sets it.
+    /// head sizes the kernel does not take, candle's matmul attention
+    /// (`DF11_PROMPT_ATTENTION=flash|matmul|flash-decoding`).
     pub prompt_attention: PromptAttention,
     /// Prompts whose products take decode + cuBLAS (more rows than the fused kernels take)
     /// decode each layer's units on a second stream of its GPU while the previous layer runs
     /// (`Df11Group::decode_ahead`), instead of each weight just before its product. The same
     /// values and products, so the same logits; one layer of BF16 weights more in memory
     /// during prompts. Off by default (the extra buffer takes DF11's peak at batch 1 from 0.72x
-    /// to 0.75x of BF16's); on with `DF11_DECODE_AHEAD=1`. Measured on an H100 (8B-shaped
-    /// model, docs/PERFORMANCE.md): prefill +10% at 512 tokens, +6% at 2048.
+    /// to 0.75x of BF16's; `DF11_DECODE_AHEAD`). Measured on an H100 (8B-shaped model,
+    /// docs/PERFORMANCE.md): prefill +10% at 512 tokens, +6% at 2048.
     pub decode_ahead: bool,
+    /// How a split model's activations cross between GPUs.
+    pub split_copy: SplitCopy,
 }
+
+/// How a split model's activations cross between GPUs (`crate::transfer::hand_over`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitCopy {
+    /// A peer copy on the receiving device's stream, ordered by events (`DF11_PEER_COPY`); off,
+    /// candle's copy through the host (diagnosis).
+    pub peer: bool,
+    /// The host also waits for both devices around each copy (`DF11_SPLIT_SYNC`; diagnosis: no
+    /// work of one device then overlaps the other's across the boundary).
+    pub host_sync: bool,
+}
+
+impl Default for SplitCopy {
+    fn default() -> Self {
+        Self {
+            peer: true,
+            host_sync: false,
+        }
+    }
+}
+
+/// The variables [`DecodeOptions::from_vars`] reads, with their values (the default first).
+pub const VARIABLES: &[(&str, &str)] = &[
+    ("DF11_CUDA_GRAPH", "on, off"),
+    ("DF11_STEP_KERNELS", "on, off"),
+    ("DF11_PROMPT_ATTENTION", "flash, matmul, flash-decoding"),
+    ("DF11_DECODE_AHEAD", "off, on"),
+    ("DF11_PEER_COPY", "on, off"),
+    ("DF11_SPLIT_SYNC", "off, on"),
+];
 
 impl Default for DecodeOptions {
     fn default() -> Self {
-        let on = |var: &str| std::env::var(var).map_or(true, |v| v != "0");
         Self {
             max_context: None,
-            cuda_graph: on("DF11_CUDA_GRAPH"),
-            step_kernels: on("DF11_STEP_KERNELS"),
-            prompt_attention: PromptAttention::from_env(),
-            decode_ahead: std::env::var("DF11_DECODE_AHEAD").is_ok_and(|v| v == "1"),
+            cuda_graph: true,
+            step_kernels: true,
+            prompt_attention: PromptAttention::Flash,
+            decode_ahead: false,
+            split_copy: SplitCopy::default(),
         }
+    }
+}
+
+impl DecodeOptions {
+    /// The defaults with the variables of [`VARIABLES`] that `get` has applied (`get(name)`:
+    /// variable `name`'s value, `None` where unset; a program passes
+    /// `|name| std::env::var(name).ok()`). An unknown value is an error naming the variable.
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let mut o = Self::default();
+        let switch = |name: &str, value: &str| match value {
+            "on" | "1" | "true" => Ok(true),
+            "off" | "0" | "false" => Ok(false),
+            _ => Err(format!(
+                "{name}: unknown value `{value}` (expected on, off)"
+            )),
+        };
+        for &(name, _) in VARIABLES {
+            let Some(value) = get(name) else { continue };
+            let value = value.trim();
+            match name {
+                "DF11_CUDA_GRAPH" => o.cuda_graph = switch(name, value)?,
+                "DF11_STEP_KERNELS" => o.step_kernels = switch(name, value)?,
+                "DF11_PROMPT_ATTENTION" => {
+                    o.prompt_attention = match value {
+                        "flash" => PromptAttention::Flash,
+                        "matmul" => PromptAttention::Matmul,
+                        "flash-decoding" => PromptAttention::FlashDecoding,
+                        _ => {
+                            return Err(format!(
+                                "{name}: unknown value `{value}` (expected flash, matmul, \
+                                 flash-decoding)"
+                            ))
+                        }
+                    }
+                }
+                "DF11_DECODE_AHEAD" => o.decode_ahead = switch(name, value)?,
+                "DF11_PEER_COPY" => o.split_copy.peer = switch(name, value)?,
+                "DF11_SPLIT_SYNC" => o.split_copy.host_sync = switch(name, value)?,
+                _ => unreachable!("every listed variable is handled"),
+            }
+        }
+        Ok(o)
     }
 }
 
@@ -61,16 +136,39 @@ pub enum PromptAttention {
     Flash,
 }
 
-impl PromptAttention {
-    /// `DF11_PROMPT_ATTENTION` (`matmul`, `flash-decoding`, `flash`), else `flash-decoding` when
-    /// `DF11_FLASH_PREFILL=1`, else [`PromptAttention::Flash`].
-    pub fn from_env() -> Self {
-        match std::env::var("DF11_PROMPT_ATTENTION").as_deref() {
-            Ok("matmul") => Self::Matmul,
-            Ok("flash-decoding") => Self::FlashDecoding,
-            Ok("flash") => Self::Flash,
-            _ if std::env::var("DF11_FLASH_PREFILL").is_ok_and(|v| v == "1") => Self::FlashDecoding,
-            _ => Self::Flash,
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variables_set_their_fields_and_bad_values_are_named() {
+        assert_eq!(
+            DecodeOptions::from_vars(|_| None),
+            Ok(DecodeOptions::default())
+        );
+        let o = DecodeOptions::from_vars(|n| {
+            let v = match n {
+                "DF11_CUDA_GRAPH" => "0",
+                "DF11_STEP_KERNELS" => "off",
+                "DF11_PROMPT_ATTENTION" => "flash-decoding",
+                "DF11_DECODE_AHEAD" => "1",
+                "DF11_PEER_COPY" => "0",
+                "DF11_SPLIT_SYNC" => "1",
+                _ => return None,
+            };
+            Some(v.to_string())
+        })
+        .unwrap();
+        assert!(!o.cuda_graph && !o.step_kernels && o.decode_ahead);
+        assert_eq!(o.prompt_attention, PromptAttention::FlashDecoding);
+        assert_eq!(
+            o.split_copy,
+            SplitCopy {
+                peer: false,
+                host_sync: true
+            }
+        );
+        let e = DecodeOptions::from_vars(|n| (n == "DF11_CUDA_GRAPH").then(|| "maybe".into()));
+        assert!(e.unwrap_err().contains("DF11_CUDA_GRAPH"));
     }
 }

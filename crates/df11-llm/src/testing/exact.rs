@@ -3,7 +3,7 @@
 //! ([`test_device`]).
 
 use candle_core::DType;
-use df11_candle::{ModelWeights, WeightFormat};
+use df11_candle::WeightFormat;
 
 use super::{copy_fixture, text_config, ModelUnderTest};
 use super::{ids, input, input_on, logit_bits, model_dir, open_df11, reference, test_device};
@@ -36,9 +36,9 @@ pub fn df11_logits_equal_bf16_logits_bit_for_bit(m: &ModelUnderTest) {
         } else {
             WeightFormat::Dense
         };
-        let weights = ModelWeights::open(&dir, format, &test_device(), dtype).unwrap();
+        let weights = crate::testing::open_weights(&dir, format, &test_device(), dtype);
         let config = ModelConfig::open(&dir).unwrap();
-        let model = (m.build)(&config, &weights, &LoadBar::hidden()).unwrap();
+        let model = crate::testing::built(m.build, &config, &weights, &LoadBar::hidden()).unwrap();
         (model, weights.loaded_unit_bytes())
     };
     for name in m.fixtures {
@@ -162,8 +162,8 @@ pub fn decode_paths_agree(m: &ModelUnderTest) {
         let dir = model_dir(name, "df11");
         let config = ModelConfig::open(&dir).unwrap();
         let open = |dtype: DType| {
-            let weights = ModelWeights::open(&dir, WeightFormat::Df11, &device, dtype).unwrap();
-            (m.build)(&config, &weights, &LoadBar::hidden()).unwrap()
+            let weights = crate::testing::open_weights(&dir, WeightFormat::Df11, &device, dtype);
+            crate::testing::built(m.build, &config, &weights, &LoadBar::hidden()).unwrap()
         };
         let run = |model: &mut DecoderModel,
                    cuda_graph: bool,
@@ -174,7 +174,7 @@ pub fn decode_paths_agree(m: &ModelUnderTest) {
                 cuda_graph,
                 step_kernels,
                 prompt_attention,
-                decode_ahead: false,
+                ..crate::testing::decode_options()
             };
             model.set_options(options).unwrap();
             step_logits(model, &prompt, &then)
@@ -247,12 +247,12 @@ pub fn decode_ahead_is_exact(m: &ModelUnderTest) {
         .take(40.max(base.len()))
         .copied()
         .collect();
-    let mut model = (m.build)(&config, &weights, &LoadBar::hidden()).unwrap();
+    let mut model = crate::testing::built(m.build, &config, &weights, &LoadBar::hidden()).unwrap();
     let mut run = |ahead: bool| {
         let options = DecodeOptions {
             max_context: Some(prompt.len() + 4),
             decode_ahead: ahead,
-            ..Default::default()
+            ..crate::testing::decode_options()
         };
         model.set_options(options).unwrap();
         prompt_and_steps(&mut model, &prompt)
@@ -267,13 +267,18 @@ pub fn decode_ahead_is_exact(m: &ModelUnderTest) {
     }
     // And the BF16 original, run the same way, gives those logits too.
     let dir = model_dir(name, "bf16");
-    let bf16 = ModelWeights::open(&dir, WeightFormat::Dense, &device, weights.dtype()).unwrap();
-    let mut original =
-        (m.build)(&ModelConfig::open(&dir).unwrap(), &bf16, &LoadBar::hidden()).unwrap();
+    let bf16 = crate::testing::open_weights(&dir, WeightFormat::Dense, &device, weights.dtype());
+    let mut original = crate::testing::built(
+        m.build,
+        &ModelConfig::open(&dir).unwrap(),
+        &bf16,
+        &LoadBar::hidden(),
+    )
+    .unwrap();
     original
         .set_options(DecodeOptions {
             max_context: Some(prompt.len() + 4),
-            ..Default::default()
+            ..crate::testing::decode_options()
         })
         .unwrap();
     assert!(
@@ -310,11 +315,12 @@ pub fn engine_batches_equal_single_runs(m: &ModelUnderTest) {
     let dir = model_dir(name, "df11");
     let config = ModelConfig::open(&dir).unwrap();
     let engine = || {
-        let weights = ModelWeights::open(&dir, WeightFormat::Df11, &device, dtype).unwrap();
-        let mut model = (m.build)(&config, &weights, &LoadBar::hidden()).unwrap();
+        let weights = crate::testing::open_weights(&dir, WeightFormat::Df11, &device, dtype);
+        let mut model =
+            crate::testing::built(m.build, &config, &weights, &LoadBar::hidden()).unwrap();
         let options = DecodeOptions {
             max_context: Some(prompt.len() + 16),
-            ..Default::default()
+            ..crate::testing::decode_options()
         };
         model.set_options(options).unwrap();
         Engine::new(model, 4).unwrap()

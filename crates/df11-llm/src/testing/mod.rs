@@ -82,7 +82,8 @@ impl ModelUnderTest {
             offload: Default::default(),
             dtype,
             show_progress: false,
-            decode: Default::default(),
+            weights: weight_options(),
+            decode: decode_options(),
         })
     }
 
@@ -237,8 +238,44 @@ pub fn open_df11(name: &str, device: &Device) -> (Vec<u32>, ModelConfig, ModelWe
     let prompt = ids(&reference(name)["prompt_ids"]);
     let dir = model_dir(name, "df11");
     let config = ModelConfig::open(&dir).unwrap();
-    let weights = ModelWeights::open(&dir, WeightFormat::Df11, device, dtype).unwrap();
+    let weights = open_weights(&dir, WeightFormat::Df11, device, dtype);
     (prompt, config, weights)
+}
+
+/// The weight options of a test: the `DF11_*` variables' (the GPU suite's variants set them),
+/// else the defaults.
+pub fn weight_options() -> df11_candle::Df11Options {
+    df11_candle::Df11Options::from_vars(|n| std::env::var(n).ok())
+        .unwrap_or_else(|e| panic!("the test's DF11 variables: {e}"))
+}
+
+/// The decode options of a test: the `DF11_*` variables', else the defaults.
+pub fn decode_options() -> crate::model::DecodeOptions {
+    crate::model::DecodeOptions::from_vars(|n| std::env::var(n).ok())
+        .unwrap_or_else(|e| panic!("the test's DF11 variables: {e}"))
+}
+
+/// `build`'s model of `config` on `weights`, running by the test's [`decode_options`].
+pub fn built(
+    build: fn(&ModelConfig, &ModelWeights, &LoadBar) -> Result<DecoderModel>,
+    config: &ModelConfig,
+    weights: &ModelWeights,
+    bar: &LoadBar,
+) -> Result<DecoderModel> {
+    let mut model = build(config, weights, bar)?;
+    model.set_options(decode_options())?;
+    Ok(model)
+}
+
+/// `dir` opened as `format` on `device` in `dtype`, with the test's [`weight_options`].
+pub fn open_weights(
+    dir: &Path,
+    format: WeightFormat,
+    device: &Device,
+    dtype: DType,
+) -> ModelWeights {
+    ModelWeights::open_with(dir, format, device, dtype, weight_options())
+        .unwrap_or_else(|e| panic!("opening {}: {e}", dir.display()))
 }
 
 /// The device of the device-level tests: CUDA device 0 when built with the `cuda` feature (the

@@ -75,9 +75,10 @@ pub fn split_layers_equal_one_device(m: &ModelUnderTest) {
         let options = |cuda_graph: bool| DecodeOptions {
             max_context: Some(prompt.len() + 8),
             cuda_graph,
-            ..Default::default()
+            ..crate::testing::decode_options()
         };
-        let mut single = (m.build)(&config, &weights, &LoadBar::hidden()).unwrap();
+        let mut single =
+            crate::testing::built(m.build, &config, &weights, &LoadBar::hidden()).unwrap();
         // Explicit segments: the first layer alone, an empty segment, the rest.
         let counts: Vec<usize> = if devices.len() == 3 {
             vec![1, 0, layers - 1]
@@ -167,9 +168,10 @@ pub fn offloaded_layers_equal_resident(m: &ModelUnderTest) {
         let layers = spec().layers.len();
         let options = DecodeOptions {
             max_context: Some(prompt.len() + 8),
-            ..Default::default()
+            ..crate::testing::decode_options()
         };
-        let mut resident = (m.build)(&config, &weights, &LoadBar::hidden()).unwrap();
+        let mut resident =
+            crate::testing::built(m.build, &config, &weights, &LoadBar::hidden()).unwrap();
         resident.set_options(options.clone()).unwrap();
         let want = prompt_and_steps(&mut resident, &prompt, 4);
         // The last layer, every layer, and the last layer of a model split over two devices.

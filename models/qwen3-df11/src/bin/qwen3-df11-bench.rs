@@ -11,8 +11,8 @@ use candle_transformers::models::qwen3;
 use clap::Parser;
 use df11_llm::bench::{bench_model, measure, vocab_size, BenchOptions, BenchResult};
 use df11_llm::{
-    cuda_devices, select_device, select_dtype, ComputeDtype, DeviceMap, ModelConfig, Offload,
-    PeakMemory,
+    args::env_var, cuda_devices, select_device, select_dtype, ComputeDtype, DecodeOptions,
+    DeviceMap, ModelConfig, Offload, PeakMemory,
 };
 use qwen3_df11::Qwen3Arch;
 
@@ -55,6 +55,12 @@ struct Cli {
     /// Run decode steps as separate launches instead of a captured CUDA graph.
     #[arg(long)]
     no_cuda_graph: bool,
+    /// Which path products take on CUDA: auto, fused, decode (decode + cuBLAS everywhere).
+    #[arg(long)]
+    matmul: Option<df11_candle::MatmulPath>,
+    /// Device form of the exponents: auto, packed, huffman.
+    #[arg(long)]
+    exponents: Option<df11_candle::ExponentForm>,
     /// Prefill in pieces of this many tokens (long prompts).
     #[arg(long)]
     prefill_chunk: Option<usize>,
@@ -131,6 +137,8 @@ fn main() -> anyhow::Result<()> {
         seed: 7,
         cuda_graph: !cli.no_cuda_graph,
         prefill_chunk: cli.prefill_chunk,
+        weights: df11_llm::args::weight_options(cli.matmul, cli.exponents)?,
+        decode: DecodeOptions::from_vars(env_var).map_err(anyhow::Error::msg)?,
     };
     let r = if cli.stock {
         bench_stock(&opts)?

@@ -9,8 +9,8 @@
 //! makes on the CPU, byte for byte (the GPU suite compares them).
 //!
 //! Loads take it by default (the GPU suite compares it with the CPU build array for array,
-//! `tests/gpu_pack.rs`, and runs the models' DF11 == BF16 tests through it); `DF11_GPU_PACK=0`
-//! builds on the CPU instead.
+//! `tests/gpu_pack.rs`, and runs the models' DF11 == BF16 tests through it);
+//! [`crate::Df11Options::gpu_pack`] off builds on the CPU instead.
 
 use std::ops::Range;
 
@@ -29,12 +29,6 @@ use crate::format::unit::{UnitLayout, UnitTensors};
 const MODULE: Module = fatbin_module!("df11_pack");
 /// Resident CTAs per SM the launches aim at (the kernels loop over their work).
 const CTAS: u32 = 4;
-
-/// Whether loads build the packed form on the GPU (the default; `DF11_GPU_PACK=0`: on the CPU).
-pub(crate) fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("DF11_GPU_PACK").map_or(true, |v| v != "0"))
-}
 
 /// The packed form of a unit on the device, as the GPU build leaves it.
 pub(crate) struct DevicePacked {
@@ -129,6 +123,7 @@ pub(crate) fn build(
     layout: &UnitLayout,
     orders: &[Option<TileOrder>],
     decode: &dyn Fn() -> Result<CudaStorage>,
+    profiled: bool,
 ) -> Result<Option<DevicePacked>> {
     let n = layout.n_elements;
     let members = layout.member_ranges();
@@ -143,6 +138,7 @@ pub(crate) fn build(
         let _ = device.cuda_stream().synchronize();
     };
     timed(
+        profiled,
         Phase::UnitCheck,
         0,
         || {},
@@ -164,7 +160,7 @@ pub(crate) fn build(
         // element).
         let (et, sm) = {
             let decoded = decode()?;
-            timed(Phase::GpuTile, 2 * n, settle, || {
+            timed(profiled, Phase::GpuTile, 2 * n, settle, || {
                 tile(
                     device,
                     decoded.as_cuda_slice::<half::bf16>()?,
@@ -174,7 +170,7 @@ pub(crate) fn build(
                 )
             })?
         };
-        let packed = timed(Phase::GpuPack, n, settle, || {
+        let packed = timed(profiled, Phase::GpuPack, n, settle, || {
             pack(device, name, PackInput::Exponents(&et), n, &members)
         })?;
         if let Some(mut p) = packed {
@@ -187,7 +183,7 @@ pub(crate) fn build(
     }
     let decoded = decode()?;
     let w = decoded.as_cuda_slice::<half::bf16>()?;
-    timed(Phase::GpuPack, 2 * n, settle, || {
+    timed(profiled, Phase::GpuPack, 2 * n, settle, || {
         pack(device, name, PackInput::Values(w), n, &members)
     })
 }

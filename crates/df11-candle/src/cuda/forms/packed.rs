@@ -30,7 +30,6 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 pub use crate::cuda::exponent_walk::unit_exponents;
-use crate::cuda::setting::Setting;
 
 /// Elements per escape chunk (the GPU kernels' work item: 32 lanes x 8 passes x 8 elements).
 pub const CHUNK: usize = 2048;
@@ -59,30 +58,16 @@ pub enum ExponentForm {
 impl std::str::FromStr for ExponentForm {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        FORM.parse(s)
+        crate::options::pick(
+            "exponent form",
+            s,
+            &[
+                ("auto", Self::Auto),
+                ("packed", Self::Packed),
+                ("huffman", Self::Huffman),
+            ],
+        )
     }
-}
-
-/// The form set for the process, else `DF11_EXPONENTS`'s; the forms' names.
-static FORM: Setting<ExponentForm> = Setting::new(
-    "DF11_EXPONENTS",
-    "exponent form",
-    &[
-        ("auto", ExponentForm::Auto),
-        ("packed", ExponentForm::Packed),
-        ("huffman", ExponentForm::Huffman),
-    ],
-);
-
-/// Sets the form units loaded from now on take on CUDA (overrides `DF11_EXPONENTS`).
-pub fn set_exponent_form(form: ExponentForm) {
-    FORM.set(form);
-}
-
-/// The form in force: [`set_exponent_form`]'s, else `DF11_EXPONENTS`'s, else
-/// [`ExponentForm::Auto`].
-pub fn exponent_form() -> ExponentForm {
-    FORM.get()
 }
 
 /// A unit's exponents in the packed form (see the module documentation).

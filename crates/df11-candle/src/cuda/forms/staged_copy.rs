@@ -6,13 +6,13 @@
 //! piece into one of [`SLOTS`] pinned buffers (the mapped pages faulted in by several threads)
 //! while the DMA of the pieces before it runs on the compute stream; a buffer is refilled only
 //! after its last DMA completed (its event). Arrays under [`STAGE_MIN`] bytes take the driver's
-//! copy. `DF11_STAGED_COPY=0` turns staging off (every copy the driver's).
+//! copy. [`crate::Df11Options::staged_copy`] off turns staging off (every copy the driver's).
 //!
 //! The pinned buffers (`SLOTS x PIECE` bytes a device) are made at the first large copy and
 //! kept for the process. Copies are serialized by a lock held while the pool copies; loads run
 //! on the caller's thread (a rayon task calling in could steal a task that waits on the lock).
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use candle_core::cuda_backend::cudarc::driver::{
     result, sys, CudaSlice, CudaViewMut, DevicePtrMut, DeviceRepr,
@@ -29,12 +29,6 @@ const SLOTS: usize = 4;
 pub(crate) const STAGE_MIN: usize = 4 << 20;
 /// What one thread copies of a piece.
 const SPLIT: usize = 1 << 20;
-
-/// Whether large copies are staged (`DF11_STAGED_COPY`, on unless `0`).
-fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("DF11_STAGED_COPY").map_or(true, |v| v != "0"))
-}
 
 /// One pinned buffer and the event recorded after its last DMA.
 struct Slot {
@@ -70,17 +64,19 @@ impl Stager {
 
 /// Copies `src` to the start of `dst` (which must hold at least `src.len()` bytes), in the
 /// device's compute-stream order. The host returns once the last piece is queued; `src` is not
-/// read after that.
+/// read after that. `staged`: large copies go through the pinned buffers
+/// ([`crate::Df11Options::staged_copy`]); else the driver's copy.
 pub(crate) fn copy_to_device(
     device: &CudaDevice,
     src: &[u8],
     dst: &mut CudaViewMut<'_, u8>,
+    staged: bool,
 ) -> candle_core::Result<()> {
     if dst.len() < src.len() {
         candle_core::bail!("staged copy of {} bytes into {}", src.len(), dst.len());
     }
     let stream = device.cuda_stream();
-    if src.len() < STAGE_MIN || !enabled() {
+    if src.len() < STAGE_MIN || !staged {
         let mut head = dst.slice_mut(0..src.len());
         return stream.memcpy_htod(src, &mut head).w();
     }
@@ -117,10 +113,11 @@ pub(crate) fn copy_to_device(
     Ok(())
 }
 
-/// `values` in a new device buffer (staged where large).
+/// `values` in a new device buffer (staged where large and `staged`).
 pub(crate) fn upload<T: DeviceRepr + bytemuck::Pod>(
     device: &CudaDevice,
     values: &[T],
+    staged: bool,
 ) -> candle_core::Result<CudaSlice<T>> {
     // SAFETY: every element is written by the copy before anything reads the buffer (same
     // stream).
@@ -130,7 +127,7 @@ pub(crate) fn upload<T: DeviceRepr + bytemuck::Pod>(
         // SAFETY: the byte view covers exactly the buffer's elements.
         let mut view = unsafe { dst.transmute_mut::<u8>(bytes.len()) }
             .ok_or_else(|| candle_core::Error::Msg("staged copy: byte view".into()))?;
-        copy_to_device(device, bytes, &mut view)?;
+        copy_to_device(device, bytes, &mut view, staged)?;
     }
     Ok(dst)
 }
@@ -142,8 +139,12 @@ pub(crate) fn tensor_from_bytes(
     bytes: &[u8],
     dtype: DType,
     shape: &Shape,
+    staged: bool,
 ) -> candle_core::Result<Option<Tensor>> {
-    if bytes.len() != shape.elem_count() * dtype.size_in_bytes() || bytes.len() < STAGE_MIN {
+    if !staged
+        || bytes.len() != shape.elem_count() * dtype.size_in_bytes()
+        || bytes.len() < STAGE_MIN
+    {
         return Ok(None);
     }
     // The bytes of a mapped file need not be aligned for the element type: copied as bytes.
@@ -156,7 +157,7 @@ pub(crate) fn tensor_from_bytes(
                 // SAFETY: the byte view covers exactly the buffer's elements.
                 let mut view = unsafe { dst.transmute_mut::<u8>(bytes.len()) }
                     .ok_or_else(|| candle_core::Error::Msg("staged copy: byte view".into()))?;
-                copy_to_device(device, bytes, &mut view)?;
+                copy_to_device(device, bytes, &mut view, staged)?;
             }
             candle_core::CudaStorage::wrap_cuda_slice(dst, device.clone())
         }};
@@ -212,7 +213,7 @@ mod tests {
         .enumerate()
         {
             let src = bytes(n, 7 + i as u64);
-            let dst = upload(&device, &src).unwrap();
+            let dst = upload(&device, &src, true).unwrap();
             assert_eq!(device.clone_dtoh(&dst).unwrap(), src, "{n} bytes");
         }
     }
@@ -225,7 +226,7 @@ mod tests {
         let raw = bytes(2 * n + 1, 99);
         let data = &raw[1..];
         let shape = Shape::from((n,));
-        let x = tensor_from_bytes(&device, data, DType::BF16, &shape)
+        let x = tensor_from_bytes(&device, data, DType::BF16, &shape, true)
             .unwrap()
             .expect("large enough to stage");
         let want = Tensor::from_raw_buffer(data, DType::BF16, &[n], &candle_core::Device::Cpu)
@@ -238,9 +239,13 @@ mod tests {
             .zip(&want)
             .all(|(a, b)| a.to_bits() == b.to_bits()));
         assert_eq!(got.len(), want.len());
+        // Not staged where the options say so: left to candle.
+        assert!(tensor_from_bytes(&device, data, DType::BF16, &shape, false)
+            .unwrap()
+            .is_none());
         // Small or unknown: left to candle.
         assert!(
-            tensor_from_bytes(&device, &data[..64], DType::BF16, &Shape::from((32,)))
+            tensor_from_bytes(&device, &data[..64], DType::BF16, &Shape::from((32,)), true)
                 .unwrap()
                 .is_none()
         );

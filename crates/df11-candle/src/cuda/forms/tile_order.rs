@@ -22,10 +22,8 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use crate::cuda::setting::Setting;
-
-/// Which members units loaded from now on store in the tile order, of those whose shapes they
-/// are given (`DF11_TILE`: `on`, the default, `all` or `off`).
+/// Which members units store in the tile order, of those whose shapes they are given
+/// ([`crate::Df11Options::tiles`]; `on`, the default, `all` or `off`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TileMembers {
     /// Members whose columns are whole 2048-column chunks (`on`): the shapes the streaming
@@ -41,40 +39,19 @@ pub enum TileMembers {
     Off,
 }
 
-static TILE: Setting<TileMembers> = Setting::new(
-    "DF11_TILE",
-    "tile setting",
-    &[
-        ("on", TileMembers::Chunked),
-        ("all", TileMembers::All),
-        ("off", TileMembers::Off),
-    ],
-);
-
-/// Turns the tile order on ([`TileMembers::Chunked`]) or off for units loaded from now on
-/// (overrides `DF11_TILE`).
-pub fn set_tile_members(on: bool) {
-    TILE.set(if on {
-        TileMembers::Chunked
-    } else {
-        TileMembers::Off
-    });
-}
-
-/// Sets which members units loaded from now on tile (overrides `DF11_TILE`).
-pub fn set_tile_policy(policy: TileMembers) {
-    TILE.set(policy);
-}
-
-/// The tile policy in force ([`set_tile_policy`], else `DF11_TILE`, else
-/// [`TileMembers::Chunked`]).
-pub fn tile_policy() -> TileMembers {
-    TILE.get()
-}
-
-/// Whether units loaded now tile some of the members they know the shapes of.
-pub fn tile_members_enabled() -> bool {
-    TILE.get() != TileMembers::Off
+impl std::str::FromStr for TileMembers {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        crate::options::pick(
+            "tile setting",
+            s,
+            &[
+                ("on", Self::Chunked),
+                ("all", Self::All),
+                ("off", Self::Off),
+            ],
+        )
+    }
 }
 
 impl TileMembers {
@@ -87,19 +64,13 @@ impl TileMembers {
             Self::Off => false,
         }
     }
-}
 
-/// Whether a product over `cols` columns plans for tiled members: the tensor-core kernels from 1
-/// row (a tiled member never takes the CUDA-core kernels). A setting and a width, never the
-/// weight's format, so DF11 and BF16 models plan alike.
-pub fn tiles_columns(cols: usize) -> bool {
-    TILE.get().tiles(cols)
-}
-
-/// [`tiles_columns`] for widths of whole 2048-column chunks only: the products the streaming
-/// kernels take (stacked projections, their item split).
-pub fn tiles_whole_chunks(cols: usize) -> bool {
-    cols > 0 && cols.is_multiple_of(2048) && tiles_columns(cols)
+    /// [`Self::tiles`] for widths of whole 2048-column chunks only: the products the streaming
+    /// kernels take (stacked projections, their item split). A product over such a width plans
+    /// for tiled members (the tensor-core kernels from 1 row), DF11 and BF16 alike.
+    pub fn tiles_whole_chunks(self, cols: usize) -> bool {
+        cols > 0 && cols.is_multiple_of(2048) && self.tiles(cols)
+    }
 }
 
 /// Most members a unit with a tiled member may have (`DP_MEMBERS` of `kernels/df11_packed.cu`:
@@ -157,18 +128,9 @@ impl TileOrder {
     }
 }
 
-/// The orders of a unit's members: `shapes[i]` is member `i`'s shape where the caller knows it
-/// (all row order for units of more than [`MAX_TILED_UNIT_MEMBERS`] members). Loads apply it
-/// only while [`tile_members_enabled`].
+/// The orders of a unit's members under `policy`: `shapes[i]` is member `i`'s shape where the
+/// caller knows it (all row order for units of more than [`MAX_TILED_UNIT_MEMBERS`] members).
 pub fn member_orders(
-    members: &[Range<usize>],
-    shapes: &[Option<(usize, usize)>],
-) -> Vec<Option<TileOrder>> {
-    member_orders_for(tile_policy(), members, shapes)
-}
-
-/// [`member_orders`] under `policy` instead of the one in force.
-pub fn member_orders_for(
     policy: TileMembers,
     members: &[Range<usize>],
     shapes: &[Option<(usize, usize)>],
@@ -290,13 +252,13 @@ mod tests {
         let values: Vec<u32> = (0..n as u32).collect();
         // The third member starts at 2100, not a multiple of 256: it stays row-major.
         let shapes = [Some((8, 256)), None, Some((16, 512))];
-        let orders = member_orders_for(TileMembers::All, &members, &shapes);
+        let orders = member_orders(TileMembers::All, &members, &shapes);
         // By default only whole 2048-column chunks are tiled.
-        let chunked = member_orders_for(TileMembers::Chunked, &members, &shapes);
+        let chunked = member_orders(TileMembers::Chunked, &members, &shapes);
         assert_eq!(chunked, [None, None, None]);
         // Two 8 x 2048 members, whole chunks: both tiled.
         let two = [0..8 * 2048, 8 * 2048..16 * 2048];
-        let wide = member_orders_for(TileMembers::Chunked, &two, &[Some((8, 2048)); 2]);
+        let wide = member_orders(TileMembers::Chunked, &two, &[Some((8, 2048)); 2]);
         assert_eq!(
             wide,
             [Some(TileOrder {
@@ -321,7 +283,7 @@ mod tests {
         // Too many members for the tiled decode: none tiled, and such orders refused.
         let many: Vec<Range<usize>> = (0..33).map(|i| 2048 * i..2048 * (i + 1)).collect();
         let shapes = vec![Some((8, 256)); 33];
-        let all = |m: &[Range<usize>]| member_orders_for(TileMembers::All, m, &shapes);
+        let all = |m: &[Range<usize>]| member_orders(TileMembers::All, m, &shapes);
         assert!(all(&many).iter().all(Option::is_none));
         let forced = vec![Some(TileOrder { rows: 8, cols: 256 }); 33];
         assert!(checked_orders(&many, &forced).is_none());

@@ -68,10 +68,6 @@ static POOLS_KEPT: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new
 fn keep_pool_memory(device: &CudaDevice) {
     use candle_core::cuda_backend::cudarc::driver::sys;
     let ordinal = device.cuda_stream().context().ordinal();
-    // DF11_KEEP_POOL=0 leaves the pool as the driver configures it (for diagnosis).
-    if std::env::var("DF11_KEEP_POOL").is_ok_and(|v| v == "0") {
-        return;
-    }
     let mut kept = POOLS_KEPT.lock().expect("pool lock");
     if kept.contains(&ordinal) {
         return;
@@ -141,14 +137,18 @@ impl CudaUnit {
         name: &str,
         t: &UnitTensors<'_>,
         layout: &UnitLayout,
-        form: ExponentForm,
+        options: &crate::Df11Options,
         orders: &[Option<TileOrder>],
         sign_mantissa: (&CudaStorage, &Layout),
     ) -> Result<(Self, Option<CudaSlice<u8>>)> {
-        if form != ExponentForm::Huffman && crate::cuda::gpu_pack::enabled() {
+        let form = options.exponents;
+        let debug_sync = options.debug_sync.load;
+        if form != ExponentForm::Huffman && options.gpu_pack {
             keep_pool_memory(device);
-            let decode = || decode_stream(device, name, t, layout, sign_mantissa);
-            let built = crate::cuda::gpu_pack::build(device, name, t, layout, orders, &decode)?;
+            let decode = || decode_stream(device, name, t, layout, sign_mantissa, options);
+            let profiled = options.profile_load;
+            let built =
+                crate::cuda::gpu_pack::build(device, name, t, layout, orders, &decode, profiled)?;
             match built {
                 Some(p) if form == ExponentForm::Packed || p.fits() => {
                     let (buffers, sm) = p.into_buffers(device)?;
@@ -156,13 +156,14 @@ impl CudaUnit {
                         device: device.clone(),
                         exponents: Exponents::Packed(buffers),
                     };
-                    return Ok((unit.debug_sync()?, sm));
+                    return Ok((unit.debug_sync(debug_sync)?, sm));
                 }
                 // No packed form, or too large for `auto`: the Huffman form, as on the CPU.
                 _ => {
                     let (host, _) =
                         HostExponents::build(name, t, layout, ExponentForm::Huffman, &[])?;
-                    let unit = Self::upload(&Uploader::Now(device), &host)?.debug_sync()?;
+                    let unit =
+                        Self::upload(&Uploader::Now(device), &host)?.debug_sync(debug_sync)?;
                     return Ok((unit, None));
                 }
             }
@@ -171,6 +172,7 @@ impl CudaUnit {
             let _ = device.cuda_stream().synchronize();
         };
         crate::load_profile::timed(
+            options.profile_load,
             crate::load_profile::Phase::HostBuild,
             t.sign_mantissa.len(),
             settle,
@@ -181,17 +183,17 @@ impl CudaUnit {
                     None => None,
                 };
                 Ok((
-                    Self::upload(&Uploader::Now(device), &host)?.debug_sync()?,
+                    Self::upload(&Uploader::Now(device), &host)?.debug_sync(debug_sync)?,
                     sm,
                 ))
             },
         )
     }
 
-    /// With `DF11_DEBUG_SYNC=load|all`, waits for the unit's copies and builds (the host arrays
-    /// they read are dropped after this returns).
-    fn debug_sync(self) -> Result<Self> {
-        if crate::cuda::streams::debug_sync().load {
+    /// Where `wait` ([`crate::DebugSync::load`]), waits for the unit's copies and builds (the
+    /// host arrays they read are dropped after this returns).
+    fn debug_sync(self, wait: bool) -> Result<Self> {
+        if wait {
             crate::cuda::streams::sync_unless_capturing(&self.device)?;
         }
         Ok(self)
@@ -203,6 +205,7 @@ impl CudaUnit {
         device: &CudaDevice,
         t: &UnitTensors<'_>,
         layout: &UnitLayout,
+        staged: bool,
     ) -> Result<Self> {
         // Straight from the file's bytes to the device: no host copy (the stream's padding is
         // zeroed on the device). A host copy of the stream cost ~60% of a model's load.
@@ -213,6 +216,7 @@ impl CudaUnit {
             device,
             t.encoded_exponent,
             &mut codes.slice_mut(0..n),
+            staged,
         )?;
         let arrays = HuffmanArrays {
             luts: device.clone_htod(t.luts)?,

@@ -5,7 +5,8 @@
 //! copy, no synchronisation).
 //!
 //! Shapes and dtypes are checked before any launch; the kernels clamp each position and slot
-//! they read to the cache, so a bad value cannot reach memory outside it.
+//! they read to the cache, so a bad value cannot reach memory outside it. `pdl` arguments are
+//! as in [`crate::cuda::llm_ops`].
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
@@ -124,7 +125,7 @@ pub struct HeadNorm<'a> {
 /// `[rows, rot/2]` BF16, indexed by each row's position), `k` and `v` written into the cache `kv`
 /// at each row's `(slot, position)`. `q`, `k`, `v`: `[B, heads*D]` / `[B, kv_heads*D]` rows
 /// (views into one fused qkv output allowed); `positions`, `slots`: `[B]` u32 on the device.
-/// Returns the queries, `[B, heads, D]`.
+/// Returns the queries, `[B, heads, D]`. `pdl`: see [`crate::cuda::llm_ops`].
 #[allow(clippy::too_many_arguments)]
 pub fn qk_norm_rope_kv(
     q: &Tensor,
@@ -138,6 +139,7 @@ pub fn qk_norm_rope_kv(
     slots: &Tensor,
     kv: &Tensor,
     heads: usize,
+    pdl: bool,
 ) -> candle_core::Result<Tensor> {
     let (kv_heads, d) = match kv.dims() {
         [2, _, h, _, d] => (*h, *d),
@@ -225,11 +227,11 @@ pub fn qk_norm_rope_kv(
     // by the kernel to the cache and the tables; it waits (pdl_begin) before any access.
     match &norm_views {
         Some((qw, kw)) => unsafe {
-            launch_kernel!(dev, func, cfg; &qv, &kv_, &vv, &qs, &ks, &vs, qw, kw, &kind, &eps,
+            launch_kernel!(dev, pdl, func, cfg; &qv, &kv_, &vv, &qs, &ks, &vs, qw, kw, &kind, &eps,
                 &cv, &sv, &tr, &rot, &pv, &slv, &q_out, &cache, &h_, &kvh_, &d_, &sn_, &cap_)
         }?,
         None => unsafe {
-            launch_kernel!(dev, func, cfg; &qv, &kv_, &vv, &qs, &ks, &vs, &null, &null, &kind,
+            launch_kernel!(dev, pdl, func, cfg; &qv, &kv_, &vv, &qs, &ks, &vs, &null, &null, &kind,
                 &eps, &cv, &sv, &tr, &rot, &pv, &slv, &q_out, &cache, &h_, &kvh_, &d_, &sn_,
                 &cap_)
         }?,
@@ -284,6 +286,7 @@ pub fn flash_decode(
     softcap: Option<f32>,
     window: Option<usize>,
     splits: usize,
+    pdl: bool,
 ) -> candle_core::Result<Tensor> {
     let (rows, heads, d) = q.dims3()?;
     let kv_heads = kv.dims().get(2).copied().unwrap_or(0);
@@ -349,7 +352,7 @@ pub fn flash_decode(
     // SAFETY: shapes checked above; positions and slots are clamped by the kernel, which waits
     // (pdl_begin) before any access.
     unsafe {
-        launch_kernel!(dev, func, cfg; &qv, &cache, &pv, &slv, &h_, &kvh_, &d_, &sn_, &cap_, &gc_,
+        launch_kernel!(dev, pdl, func, cfg; &qv, &cache, &pv, &slv, &h_, &kvh_, &d_, &sn_, &cap_, &gc_,
             &scale, &cap_f, &window_, &partial_o, &partial_ml)
     }?;
     let func = MODULE.func(&dev, "flash_combine_bf16")?;
@@ -362,7 +365,7 @@ pub fn flash_decode(
     let splits_ = splits as i32;
     // SAFETY: partials hold rows * heads * splits entries, out rows * heads * d; the kernel
     // waits (pdl_begin) before any access.
-    unsafe { launch_kernel!(dev, func, cfg; &partial_o, &partial_ml, &splits_, &d_, &out) }?;
+    unsafe { launch_kernel!(dev, pdl, func, cfg; &partial_o, &partial_ml, &splits_, &d_, &out) }?;
     Ok(wrap(out, &dev, &[rows, heads * d]))
 }
 
@@ -375,6 +378,7 @@ pub fn add_rms_norm_bf16(
     h: &Tensor,
     w: &Tensor,
     eps: f32,
+    pdl: bool,
 ) -> candle_core::Result<Tensor> {
     let n = w.elem_count();
     if residual.dims() != h.dims()
@@ -410,6 +414,6 @@ pub fn add_rms_norm_bf16(
     let n_ = n as i32;
     // SAFETY: residual and h hold rows * n contiguous values, w holds n; the kernel waits
     // (pdl_begin) before any access.
-    unsafe { launch_kernel!(dev, func, cfg; &rv, &hv, &wv, &out, &n_, &eps) }?;
+    unsafe { launch_kernel!(dev, pdl, func, cfg; &rv, &hv, &wv, &out, &n_, &eps) }?;
     Ok(wrap(out, &dev, residual.dims()))
 }

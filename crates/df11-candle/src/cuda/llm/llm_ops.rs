@@ -1,6 +1,9 @@
 //! Small fused inference ops on CUDA (`kernels/llm_ops.cu`), for the models' forward pass: one
 //! launch where candle's building blocks need several. At batch 1 a decode step is hundreds of
 //! small launches, so their number, not their arithmetic, is what costs.
+//!
+//! Every op takes `pdl`: whether it may be launched as a programmatic dependent launch
+//! ([`crate::Df11Options::pdl`], `crate::cuda::pdl`); the result is the same bits either way.
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
@@ -40,22 +43,22 @@ fn elementwise(n: usize) -> LaunchConfig {
 /// transformers' RMSNorm of BF16 activations in one launch:
 /// `w * bf16(x * rsqrt(mean(x²) + eps))`, the mean in f32 over the last dimension. `x` and `w`
 /// must be BF16 tensors on one CUDA device, `w` of the last dimension's size.
-pub fn rms_norm_bf16(x: &Tensor, w: &Tensor, eps: f32) -> candle_core::Result<Tensor> {
+pub fn rms_norm_bf16(x: &Tensor, w: &Tensor, eps: f32, pdl: bool) -> candle_core::Result<Tensor> {
     x.contiguous()?
-        .apply_op2_no_bwd(&w.contiguous()?, &RmsNormOp { eps })
+        .apply_op2_no_bwd(&w.contiguous()?, &RmsNormOp { eps, pdl })
 }
 
 /// Attention probabilities from BF16 scores, no mask, in one launch:
 /// `bf16(softmax(f32(bf16(x * scale))))` over the last dimension of a BF16 CUDA tensor.
-pub fn softmax_scaled_bf16(x: &Tensor, scale: f32) -> candle_core::Result<Tensor> {
-    x.contiguous()?.apply_op1_no_bwd(&SoftmaxOp { scale })
+pub fn softmax_scaled_bf16(x: &Tensor, scale: f32, pdl: bool) -> candle_core::Result<Tensor> {
+    x.contiguous()?.apply_op1_no_bwd(&SoftmaxOp { scale, pdl })
 }
 
 /// The gated MLP's activation in one launch: `bf16(bf16(silu(gate)) * up)` (silu in f32) for
 /// BF16 CUDA tensors of one shape.
-pub fn silu_mul_bf16(gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
+pub fn silu_mul_bf16(gate: &Tensor, up: &Tensor, pdl: bool) -> candle_core::Result<Tensor> {
     gate.contiguous()?
-        .apply_op2_no_bwd(&up.contiguous()?, &SiluMulOp)
+        .apply_op2_no_bwd(&up.contiguous()?, &SiluMulOp { pdl })
 }
 
 /// The greedy token of each row in one launch: the index of the largest value along the last
@@ -64,8 +67,8 @@ pub fn silu_mul_bf16(gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor> 
 /// dimensions' shape; at most 65,535 rows. (candle's `argmax` walks a row with one block of
 /// strided loads: ~130 µs for Qwen3's 151,936 logits on an H100, 2% of a decode step; here 4096
 /// values a CTA, then one warp a row merges the CTAs' results.)
-pub fn argmax_last_dim(x: &Tensor) -> candle_core::Result<Tensor> {
-    x.contiguous()?.apply_op1_no_bwd(&ArgmaxOp)
+pub fn argmax_last_dim(x: &Tensor, pdl: bool) -> candle_core::Result<Tensor> {
+    x.contiguous()?.apply_op1_no_bwd(&ArgmaxOp { pdl })
 }
 
 /// A contiguous BF16 view of a CUDA tensor's storage.
@@ -85,6 +88,7 @@ fn view<'a>(
 
 struct SoftmaxOp {
     scale: f32,
+    pdl: bool,
 }
 
 cuda_only_op!(CustomOp1 for SoftmaxOp);
@@ -104,13 +108,15 @@ impl CudaOp1 for SoftmaxOp {
             let cfg = per_row(rows);
             let n_arg = n as i32;
             // SAFETY: x and out hold rows * n BF16 values; the kernel waits (pdl_begin) first.
-            unsafe { launch_kernel!(dev, func, cfg; &xv, &out, &n_arg, &self.scale) }?;
+            unsafe { launch_kernel!(dev, self.pdl, func, cfg; &xv, &out, &n_arg, &self.scale) }?;
         }
         Ok((CudaStorage::wrap_cuda_slice(out, dev), l.shape().clone()))
     }
 }
 
-struct SiluMulOp;
+struct SiluMulOp {
+    pdl: bool,
+}
 
 cuda_only_op!(CustomOp2 for SiluMulOp);
 
@@ -136,7 +142,7 @@ impl CudaOp2 for SiluMulOp {
             let cfg = elementwise(n);
             let n_arg = n as i64;
             // SAFETY: g, u and out hold n BF16 values; the kernel waits (pdl_begin) first.
-            unsafe { launch_kernel!(dev, func, cfg; &gv, &uv, &out, &n_arg) }?;
+            unsafe { launch_kernel!(dev, self.pdl, func, cfg; &gv, &uv, &out, &n_arg) }?;
         }
         Ok((CudaStorage::wrap_cuda_slice(out, dev), g_l.shape().clone()))
     }
@@ -145,11 +151,13 @@ impl CudaOp2 for SiluMulOp {
 /// [`silu_mul_bf16`] of the two halves of the last dimension of `x` (`[..., 2 * inter]`: gate
 /// first, up second, as a stacked gate/up projection writes them) in one launch, without
 /// copying the halves out first: `[..., inter]`.
-pub fn silu_mul_halves_bf16(x: &Tensor) -> candle_core::Result<Tensor> {
-    x.contiguous()?.apply_op1_no_bwd(&SiluMulHalvesOp)
+pub fn silu_mul_halves_bf16(x: &Tensor, pdl: bool) -> candle_core::Result<Tensor> {
+    x.contiguous()?.apply_op1_no_bwd(&SiluMulHalvesOp { pdl })
 }
 
-struct SiluMulHalvesOp;
+struct SiluMulHalvesOp {
+    pdl: bool,
+}
 
 cuda_only_op!(CustomOp1 for SiluMulHalvesOp);
 
@@ -174,7 +182,7 @@ impl CudaOp1 for SiluMulHalvesOp {
             let (rows_arg, inter_arg) = (rows as i64, inter as i64);
             // SAFETY: x holds rows * 2 inter BF16 values, out rows * inter; the kernel waits
             // (pdl_begin) first.
-            unsafe { launch_kernel!(dev, func, cfg; &xv, &out, &rows_arg, &inter_arg) }?;
+            unsafe { launch_kernel!(dev, self.pdl, func, cfg; &xv, &out, &rows_arg, &inter_arg) }?;
         }
         let mut dims = l.shape().dims().to_vec();
         if let Some(last) = dims.last_mut() {
@@ -184,7 +192,9 @@ impl CudaOp1 for SiluMulHalvesOp {
     }
 }
 
-struct ArgmaxOp;
+struct ArgmaxOp {
+    pdl: bool,
+}
 
 cuda_only_op!(CustomOp1 for ArgmaxOp);
 
@@ -222,13 +232,13 @@ impl CudaOp1 for ArgmaxOp {
                     let func = MODULE.func(&dev, "argmax_chunks_bf16")?;
                     // SAFETY: x holds rows * n contiguous BF16 values, best rows * chunks u64; the
                     // kernel waits (pdl_begin) first.
-                    unsafe { launch_kernel!(dev, func, cfg; &xv, &best, &n_arg) }?;
+                    unsafe { launch_kernel!(dev, self.pdl, func, cfg; &xv, &best, &n_arg) }?;
                 }
                 DType::F32 => {
                     let xv = x.as_cuda_slice::<f32>()?.slice(a..b);
                     let func = MODULE.func(&dev, "argmax_chunks_f32")?;
                     // SAFETY: as above, F32 values.
-                    unsafe { launch_kernel!(dev, func, cfg; &xv, &best, &n_arg) }?;
+                    unsafe { launch_kernel!(dev, self.pdl, func, cfg; &xv, &best, &n_arg) }?;
                 }
                 other => candle_core::bail!("argmax_last_dim takes BF16 or F32, not {other:?}"),
             }
@@ -241,7 +251,7 @@ impl CudaOp1 for ArgmaxOp {
             let chunks_arg = chunks as i32;
             // SAFETY: best holds rows * chunks u64 (all written above), out rows u32; the kernel
             // waits (pdl_begin) first.
-            unsafe { launch_kernel!(dev, func, cfg; &best, &out, &chunks_arg) }?;
+            unsafe { launch_kernel!(dev, self.pdl, func, cfg; &best, &out, &chunks_arg) }?;
         }
         let shape = dims[..dims.len() - 1].to_vec();
         Ok((CudaStorage::wrap_cuda_slice(out, dev), shape.into()))
@@ -250,6 +260,7 @@ impl CudaOp1 for ArgmaxOp {
 
 struct RmsNormOp {
     eps: f32,
+    pdl: bool,
 }
 
 cuda_only_op!(CustomOp2 for RmsNormOp);
@@ -282,7 +293,7 @@ impl CudaOp2 for RmsNormOp {
             let n_arg = n as i32;
             // SAFETY: x holds rows * n BF16 values, w holds n, out rows * n; the kernel waits
             // (pdl_begin) first.
-            unsafe { launch_kernel!(dev, func, cfg; &xv, &wv, &out, &n_arg, &self.eps) }?;
+            unsafe { launch_kernel!(dev, self.pdl, func, cfg; &xv, &wv, &out, &n_arg, &self.eps) }?;
         }
         Ok((CudaStorage::wrap_cuda_slice(out, dev), x_l.shape().clone()))
     }

@@ -12,15 +12,15 @@
 //!
 //! The default ([`MatmulPath::Auto`]) takes the tensor-core kernels from [`TC_MIN_ROWS`] to
 //! [`TC_MAX_ROWS`] rows where the shape allows, else the CUDA-core kernels up to
-//! [`FUSED_MAX_ROWS`] rows: crossovers measured on an H100 (docs/PERFORMANCE.md). Set `DF11_MATMUL=fused|decode|auto` or call
-//! [`set_matmul_path`] to force a path, `DF11_FUSED_KERNEL=auto|tc|cuda-core` or
-//! [`set_fused_kernel`] to keep the fused path off the tensor cores.
+//! [`FUSED_MAX_ROWS`] rows: crossovers measured on an H100 (docs/PERFORMANCE.md).
+//! [`Df11Options::matmul`] forces a path, [`Df11Options::tensor_cores`] keeps the fused path off
+//! the tensor cores.
 
 use candle_core::Device;
 
 pub(crate) use crate::cuda::limits::tc_shape;
 pub use crate::cuda::limits::{FUSED_LIMIT_ROWS, TC_LIMIT_ROWS};
-use crate::cuda::setting::Setting;
+use crate::options::{pick, Df11Options};
 
 /// How linear layers multiply on CUDA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +37,16 @@ pub enum MatmulPath {
 impl std::str::FromStr for MatmulPath {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        PATH.parse(s)
+        pick(
+            "matmul path",
+            s,
+            &[
+                ("auto", Self::Auto),
+                ("fused", Self::Fused),
+                ("decode", Self::Decode),
+                ("cublas", Self::Decode),
+            ],
+        )
     }
 }
 
@@ -55,7 +64,7 @@ pub const FUSED_MAX_ROWS: usize = 4;
 
 /// Rows (tokens) from which [`MatmulPath::Auto`] takes the tensor-core kernels, where the shape
 /// allows them (below, the CUDA-core kernels are faster; docs/PERFORMANCE.md, "Tensor-core fused
-/// products"). For widths whose members units tile ([`crate::cuda::tile_order::tiles_columns`])
+/// products"). For widths whose members units tile ([`crate::TileMembers::tiles`])
 /// the tensor-core kernels take every batch size from 1 row: the CUDA-core kernels cannot read a
 /// tiled member.
 pub const TC_MIN_ROWS: usize = 3;
@@ -65,8 +74,8 @@ pub const TC_MIN_ROWS: usize = 3;
 ///
 /// The plan is one for both formats (a BF16 model takes the twin where DF11 takes the streaming
 /// kernel, so their bits agree), so the crossover weighs both. A Qwen3-8B layer as the decode step
-/// launches it, on an H200 (`tc_probe layer` / `tc_probe prefill`, eager launches, ms; session
-/// 23, docs/PERFORMANCE.md):
+/// launches it, on an H200 (`tc_probe layer` / `tc_probe prefill`, eager launches, ms;
+/// docs/PERFORMANCE.md):
 ///
 /// | rows | DF11 streaming | DF11 decode + cuBLAS | BF16 twin | BF16 cuBLAS |
 /// |------|---------------:|---------------------:|----------:|------------:|
@@ -99,60 +108,25 @@ impl FusedKernel {
     }
 }
 
-/// Which fused family [`fused_plan`] may take: `Auto` (tensor cores where they apply) or
-/// `CudaCore` (never the tensor cores).
-static KERNEL: Setting<Option<FusedKernel>> = Setting::new(
-    "DF11_FUSED_KERNEL",
-    "fused kernel",
-    &[
-        ("auto", None),
-        ("tc", None),
-        ("cuda-core", Some(FusedKernel::CudaCore)),
-    ],
-);
-
-/// Keeps the fused path off the tensor cores (`Some(FusedKernel::CudaCore)`) or lets it use them
-/// where they apply (`None` or `Some(FusedKernel::TensorCore)`), for the whole process.
-pub fn set_fused_kernel(kernel: Option<FusedKernel>) {
-    KERNEL.set(kernel.filter(|k| *k == FusedKernel::CudaCore));
-}
-
-/// The path set for the process, else `DF11_MATMUL`'s; the paths' names (`cublas` is `decode`).
-static PATH: Setting<MatmulPath> = Setting::new(
-    "DF11_MATMUL",
-    "matmul path",
-    &[
-        ("auto", MatmulPath::Auto),
-        ("fused", MatmulPath::Fused),
-        ("decode", MatmulPath::Decode),
-        ("cublas", MatmulPath::Decode),
-    ],
-);
-
-/// Sets the path for the whole process (overrides `DF11_MATMUL`).
-pub fn set_matmul_path(path: MatmulPath) {
-    PATH.set(path);
-}
-
-/// The path in force: [`set_matmul_path`]'s, else `DF11_MATMUL`'s, else [`MatmulPath::Auto`].
-pub fn matmul_path() -> MatmulPath {
-    PATH.get()
-}
-
 /// Whether a product with `rows` rows of input on `device` takes a fused kernel for a weight
-/// with `cols` columns (given that the input allows it), and which.
-pub fn fused_plan(rows: usize, cols: usize, device: &Device) -> Option<FusedKernel> {
+/// with `cols` columns (given that the input allows it), and which, under `options`.
+pub fn fused_plan(
+    rows: usize,
+    cols: usize,
+    device: &Device,
+    options: &Df11Options,
+) -> Option<FusedKernel> {
     if !device.is_cuda() || !cfg!(feature = "cuda") || rows == 0 || !cols.is_multiple_of(8) {
         return None;
     }
-    let tc = KERNEL.get().is_none() && tc_shape(cols) && tensor_cores(device);
-    // A setting, not the weight format: a BF16 model in the same process plans alike.
-    let tc_min = if crate::cuda::tile_order::tiles_columns(cols) {
+    let tc = options.tensor_cores && tc_shape(cols) && tensor_cores(device);
+    // The options, not the weight format: a BF16 model loaded alike plans alike.
+    let tc_min = if options.tiles.tiles(cols) {
         1
     } else {
         TC_MIN_ROWS
     };
-    match (matmul_path(), tc) {
+    match (options.matmul, tc) {
         (MatmulPath::Decode, _) => None,
         (MatmulPath::Fused, true) => Some(FusedKernel::TensorCore),
         (MatmulPath::Fused, false) => Some(FusedKernel::CudaCore),
@@ -160,7 +134,7 @@ pub fn fused_plan(rows: usize, cols: usize, device: &Device) -> Option<FusedKern
             Some(FusedKernel::TensorCore)
         }
         (MatmulPath::Auto, true)
-            if rows <= TC_LIMIT_ROWS && warpgroup_takes(rows, cols, device) =>
+            if rows <= TC_LIMIT_ROWS && warpgroup_takes(rows, cols, device, options) =>
         {
             Some(FusedKernel::TensorCore)
         }
@@ -170,31 +144,36 @@ pub fn fused_plan(rows: usize, cols: usize, device: &Device) -> Option<FusedKern
 }
 
 /// Whether a product with `rows` rows of input on `device` takes a fused kernel for some weight
-/// shape.
-pub fn use_fused(rows: usize, device: &Device) -> bool {
+/// shape, under `options`.
+pub fn use_fused(rows: usize, device: &Device, options: &Df11Options) -> bool {
     [8, 256, 2048]
         .into_iter()
-        .any(|cols| fused_plan(rows, cols, device).is_some())
+        .any(|cols| fused_plan(rows, cols, device, options).is_some())
 }
 
 /// Whether the warpgroup tensor-core kernels (`kernels/df11_tc_wg.cu`: an `sm_90a` build on a
 /// compute capability 9.0 GPU, widths of whole 2048-column chunks) take a product with `rows`
-/// rows of input and `cols` columns on `device`. Only where `DF11_TC_WG` turns them on (off by
-/// default: slower than decode + cuBLAS above 16 rows so far, docs/PERFORMANCE.md, session 21).
-pub fn warpgroup_takes(rows: usize, cols: usize, device: &Device) -> bool {
+/// rows of input and `cols` columns on `device`. Only where [`Df11Options::warpgroup`] turns
+/// them on (off by default: slower than decode + cuBLAS above 16 rows so far,
+/// docs/PERFORMANCE.md).
+pub fn warpgroup_takes(rows: usize, cols: usize, device: &Device, options: &Df11Options) -> bool {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(d) = device {
-        return crate::cuda::tile_order::tiles_whole_chunks(cols)
-            && crate::cuda::tc_wg::takes(d, cols, rows).unwrap_or(false);
+        return options.tiles.tiles_whole_chunks(cols)
+            && crate::cuda::tc_wg::takes(d, cols, rows, options).unwrap_or(false);
     }
-    let _ = (rows, cols, device);
+    let _ = (rows, cols, device, options);
     false
 }
 
 /// Whether `x` can go through a fused kernel for a weight with `in_features` columns, and which
 /// ([`fused_plan`]).
 #[cfg(feature = "cuda")]
-pub(crate) fn fused_kernel(x: &candle_core::Tensor, in_features: usize) -> Option<FusedKernel> {
+pub(crate) fn fused_kernel(
+    x: &candle_core::Tensor,
+    in_features: usize,
+    options: &Df11Options,
+) -> Option<FusedKernel> {
     if x.dtype() != candle_core::DType::BF16
         || !in_features.is_multiple_of(8)
         || x.dims().last() != Some(&in_features)
@@ -202,7 +181,7 @@ pub(crate) fn fused_kernel(x: &candle_core::Tensor, in_features: usize) -> Optio
         return None;
     }
     let rows = x.elem_count() / in_features.max(1);
-    fused_plan(rows, in_features, x.device())
+    fused_plan(rows, in_features, x.device(), options)
 }
 
 /// Whether `device` has the mma.sync BF16 instructions (compute capability 8.0 or newer).

@@ -22,8 +22,8 @@ use crate::cuda::{tc_panel, tc_wg};
 mod stream;
 pub(crate) mod tiling;
 use crate::cuda::limits::{tc_shape, TC_LIMIT_ROWS};
-pub use stream::set_tc_stream;
-use stream::{stream_config, stream_module, STREAM};
+use crate::options::Df11Options;
+use stream::{stream_config, stream_module};
 pub(crate) use tiling::TcTiling;
 
 const MODULE: Module = fatbin_module!("df11_tc");
@@ -63,6 +63,8 @@ pub(crate) struct PackedTcOp<'a> {
     pub(crate) base: usize,
     pub(crate) rows: usize,
     pub(crate) cols: usize,
+    /// The weight's options (tiling, streaming, PDL, the panel and warpgroup kernels).
+    pub(crate) options: Df11Options,
 }
 
 /// What [`PackedTcOp`] multiplies: a part of one member in row order or a whole tiled member
@@ -98,13 +100,14 @@ impl PackedTcOp<'_> {
         if !self.whole_chunks() {
             return Ok(false);
         }
-        if tc_wg::takes(dev, self.cols, nb)? || tc_panel::takes(dev, self.rows, nb, false)? {
+        let o = &self.options;
+        if tc_wg::takes(dev, self.cols, nb, o)? || tc_panel::takes(dev, self.rows, nb, false, o)? {
             return Ok(true);
         }
-        if !STREAM.get() {
+        if !o.streaming {
             return Ok(false);
         }
-        let tiling = TcTiling::new(self.rows, self.cols, nb)?;
+        let tiling = TcTiling::new(self.rows, self.cols, nb, o.tiles)?;
         Ok(tiling
             .stream_plan(nb, false, smem_per_block_optin(dev)?)
             .is_some())
@@ -161,11 +164,12 @@ impl CudaOp2 for PackedTcOp<'_> {
                 (tables, bounds[0], bounds[1], true)
             }
         };
-        let tiling = TcTiling::new(rows, cols, nb)?;
+        let o = &self.options;
+        let tiling = TcTiling::new(rows, cols, nb, o.tiles)?;
         let xv = bf16_view(x, x_l, "x")?;
         let sm = sm.as_cuda_slice::<u8>()?;
-        // Tiled members whose sub-steps are whole packed chunks: the panel kernel where
-        // `DF11_TC_PANEL` is on, else the streaming kernel (the same output).
+        // Tiled members whose sub-steps are whole packed chunks: the warpgroup or panel kernel
+        // where the options turn them on, else the streaming kernel (the same output).
         if tiled && self.whole_chunks() {
             let matrix = tc_panel::PanelMatrix {
                 unit: u,
@@ -175,13 +179,13 @@ impl CudaOp2 for PackedTcOp<'_> {
                 g2,
                 base,
             };
-            if let Some(out) = tc_wg::df11(&dev, &tiling, &matrix, &xv, rows, cols, nb)? {
+            if let Some(out) = tc_wg::df11(&dev, &tiling, &matrix, &xv, rows, cols, nb, o)? {
                 return Ok((
                     CudaStorage::wrap_cuda_slice(out, dev),
                     Shape::from((nb, rows)),
                 ));
             }
-            if let Some(out) = tc_panel::df11(&dev, &tiling, &matrix, &xv, rows, cols, nb)? {
+            if let Some(out) = tc_panel::df11(&dev, &tiling, &matrix, &xv, rows, cols, nb, o)? {
                 return Ok((
                     CudaStorage::wrap_cuda_slice(out, dev),
                     Shape::from((nb, rows)),
@@ -199,7 +203,7 @@ impl CudaOp2 for PackedTcOp<'_> {
         }
         let plan = streamed.map(|(_, _, plan)| plan);
         let (cfg, name, module) = match streamed {
-            Some((cfg, name, _)) => (cfg, name, stream_module()?.0),
+            Some((cfg, name, _)) => (cfg, name, stream_module().0),
             None => {
                 let (cfg, _) = config(&dev, &tiling, false, rows, nb)?;
                 (cfg, tiling.kernel(false), MODULE)
@@ -212,7 +216,7 @@ impl CudaOp2 for PackedTcOp<'_> {
         let tiled_ = tiled as i32;
         let [[t0, t1], [t0b, t1b], [t0c, t1c]] = tables;
         let nslots = plan.map_or(0, |p| p.nslots);
-        if plan.is_some() && pdl::available(&dev)? {
+        if plan.is_some() && pdl::available(&dev, o.pdl)? {
             let stream = dev.cuda_stream();
             let mut a = RawArgs::new(&stream);
             u.push_packed_raw(&mut a);
@@ -265,8 +269,9 @@ impl CudaOp2 for PackedTcOp<'_> {
     }
 }
 
-/// The BF16 twin of [`PackedTcOp`]: arguments `w` `[rows, cols]` (BF16) and `x` `[nb, cols]`.
-pub(crate) struct TwinTcOp;
+/// The BF16 twin of [`PackedTcOp`]: arguments `w` `[rows, cols]` (BF16) and `x` `[nb, cols]`;
+/// the weight's options.
+pub(crate) struct TwinTcOp(pub(crate) Df11Options);
 
 cuda_only_op!(CustomOp2 for TwinTcOp);
 
@@ -278,29 +283,30 @@ impl CudaOp2 for TwinTcOp {
         let dev = w.device().clone();
         let (rows, cols) = w_l.shape().dims2()?;
         let nb = check_rows(x_l, cols, TC_LIMIT_ROWS)?;
-        let tiling = TcTiling::new(rows, cols, nb)?;
+        let o = &self.0;
+        let tiling = TcTiling::new(rows, cols, nb, o.tiles)?;
         let wv = bf16_view(w, w_l, "the weight")?;
         let xv = bf16_view(x, x_l, "x")?;
-        if let Some(out) = tc_wg::twin(&dev, &tiling, &wv, &xv, rows, cols, nb)? {
+        if let Some(out) = tc_wg::twin(&dev, &tiling, &wv, &xv, rows, cols, nb, o)? {
             return Ok((
                 CudaStorage::wrap_cuda_slice(out, dev),
                 Shape::from((nb, rows)),
             ));
         }
-        if let Some(out) = tc_panel::twin(&dev, &tiling, &wv, &xv, rows, cols, nb)? {
+        if let Some(out) = tc_panel::twin(&dev, &tiling, &wv, &xv, rows, cols, nb, o)? {
             return Ok((
                 CudaStorage::wrap_cuda_slice(out, dev),
                 Shape::from((nb, rows)),
             ));
         }
-        let streamed = if STREAM.get() {
+        let streamed = if o.streaming {
             stream_config(&dev, &tiling, true, rows, nb)?
         } else {
             None
         };
         let plan = streamed.map(|(_, _, plan)| plan);
         let (cfg, name, module) = match streamed {
-            Some((cfg, name, _)) => (cfg, name, stream_module()?.0),
+            Some((cfg, name, _)) => (cfg, name, stream_module().0),
             None => {
                 let (cfg, _) = config(&dev, &tiling, true, rows, nb)?;
                 (cfg, tiling.kernel(true), MODULE)
@@ -312,8 +318,8 @@ impl CudaOp2 for TwinTcOp {
         let (groups, steps) = (tiling.tile_groups as i32, tiling.steps as i32);
         // Not a programmatic dependent launch (cuda/runtime/pdl.rs): its weights may come from the
         // kernel just before it (a member decoded for the twin, `Df11Group`), and with settled
-        // weights (a BF16 model's) PDL measured no gain for the twin (docs/PERFORMANCE.md,
-        // session 15). The streaming kernel still triggers the kernel after it early.
+        // weights (a BF16 model's) PDL measured no gain for the twin (docs/PERFORMANCE.md). The
+        // streaming kernel still triggers the kernel after it early.
         let nslots = plan.map_or(0, |p| p.nslots);
         let mut b = func.builder();
         push_args!(b; &wv, &xv, &out, &nb_, &rows_, &cols_, &groups, &steps);

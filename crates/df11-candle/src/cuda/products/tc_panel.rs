@@ -18,8 +18,8 @@ use crate::cuda::launch::{launch_config_in, push_args, smem_per_block_optin};
 use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::packed_kernels::PackedBuffers;
 use crate::cuda::pdl::{self, RawArgs};
-use crate::cuda::setting::Setting;
 use crate::cuda::tc::tiling::TcTiling;
+use crate::options::Df11Options;
 
 const MODULE: Module = fatbin_module!("df11_tc_panel");
 /// Row groups a launch may have: the counters a device keeps per host thread.
@@ -31,27 +31,12 @@ const TWIN_RING_BYTES: usize = 8 * 2 * 4096;
 /// The DF11 kernels' static escape table (the streaming kernels' `ts_tab`).
 const TABLE_BYTES: usize = crate::cuda::tc::tiling::STREAM_TABLE_BYTES;
 
-/// `DF11_TC_PANEL` (`off`, the default, or `on`): whether the panel kernels take the products
-/// they can (tiled DF11 members in whole chunks, stacked or not, and every twin product). Off by
-/// default: measured slower than the streaming kernels at every batch size so far
-/// (docs/PERFORMANCE.md, session 17); kept for measurements and as the base of the 9-64-row
-/// kernel. Outputs are the same either way.
-static PANEL: Setting<bool> = Setting::new(
-    "DF11_TC_PANEL",
-    "panel setting",
-    &[("off", false), ("on", true)],
-);
-
-/// Turns the panel kernels on or off for the whole process (overrides `DF11_TC_PANEL`; outputs
-/// are the same either way).
-pub fn set_tc_panel(on: bool) {
-    PANEL.set(on);
-}
-
-/// Whether the panel kernels are wanted for a `[rows, _]` product (the setting and the
-/// counters' reach; not whether the launch finds its counters).
-pub(crate) fn wanted(rows: usize) -> bool {
-    PANEL.get() && rows.div_ceil(8) <= MAX_GROUPS
+/// Whether the panel kernels are wanted for a `[rows, _]` product (the options and the
+/// counters' reach; not whether the launch finds its counters). Off by default
+/// ([`Df11Options::panel`]): measured slower than the streaming kernels at every batch size so
+/// far (docs/PERFORMANCE.md); kept for measurements and as the base of the 9-64-row kernel.
+pub(crate) fn wanted(rows: usize, options: &Df11Options) -> bool {
+    options.panel && rows.div_ceil(8) <= MAX_GROUPS
 }
 
 thread_local! {
@@ -139,8 +124,9 @@ pub(crate) fn takes(
     rows: usize,
     nb: usize,
     twin: bool,
+    options: &Df11Options,
 ) -> candle_core::Result<bool> {
-    Ok(wanted(rows) && layout(nb, twin, smem_per_block_optin(dev)?).is_some())
+    Ok(wanted(rows, options) && layout(nb, twin, smem_per_block_optin(dev)?).is_some())
 }
 
 /// The panel launch of a `[rows, cols]` product (`tiling`'s items) at `nb` rows of input, or
@@ -151,8 +137,9 @@ fn plan(
     twin: bool,
     rows: usize,
     nb: usize,
+    options: &Df11Options,
 ) -> candle_core::Result<Option<PanelLaunch>> {
-    if !wanted(rows) {
+    if !wanted(rows, options) {
         return Ok(None);
     }
     let Some((smem, per_sm)) = layout(nb, twin, smem_per_block_optin(dev)?) else {
@@ -204,6 +191,7 @@ impl<'a> PanelMatrix<'a> {
 /// panel kernel, or `None` where it does not run now (setting, shared memory, a capture
 /// without counters: the caller takes the streaming kernel, with the same output). The caller
 /// has checked what `PackedTcOp` checks: the matrix is whole tiled members in whole chunks.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn df11(
     dev: &CudaDevice,
     tiling: &TcTiling,
@@ -212,8 +200,9 @@ pub(crate) fn df11(
     rows: usize,
     cols: usize,
     nb: usize,
+    options: &Df11Options,
 ) -> candle_core::Result<Option<CudaSlice<bf16>>> {
-    let Some(p) = plan(dev, tiling, false, rows, nb)? else {
+    let Some(p) = plan(dev, tiling, false, rows, nb, options)? else {
         return Ok(None);
     };
     // SAFETY: every output is written by the kernel.
@@ -233,12 +222,13 @@ pub(crate) fn df11(
     // the row groups' items (`plan`) and this thread's zeroed counters for the stream, one per
     // row group; arguments in TP_PACKED_ARGS order. With PDL it reads only the weights before
     // its griddepcontrol.wait.
-    unsafe { pdl::launch_maybe(&func, p.cfg, &mut a, pdl::available(dev)?) }?;
+    unsafe { pdl::launch_maybe(&func, p.cfg, &mut a, pdl::available(dev, options.pdl)?) }?;
     Ok(Some(out))
 }
 
 /// The twin's product `x` (`[nb, cols]`) times `w` (`[rows, cols]`, BF16) transposed, by the
 /// panel kernel, or `None` where it does not run now (as [`df11`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn twin(
     dev: &CudaDevice,
     tiling: &TcTiling,
@@ -247,8 +237,9 @@ pub(crate) fn twin(
     rows: usize,
     cols: usize,
     nb: usize,
+    options: &Df11Options,
 ) -> candle_core::Result<Option<CudaSlice<bf16>>> {
-    let Some(p) = plan(dev, tiling, true, rows, nb)? else {
+    let Some(p) = plan(dev, tiling, true, rows, nb, options)? else {
         return Ok(None);
     };
     // SAFETY: every output is written by the kernel.
@@ -289,6 +280,11 @@ mod tests {
                 }
             }
         }
-        assert!(!wanted(8 * MAX_GROUPS + 1));
+        let on = Df11Options {
+            panel: true,
+            ..Df11Options::default()
+        };
+        assert!(wanted(8 * MAX_GROUPS, &on) && !wanted(8 * MAX_GROUPS + 1, &on));
+        assert!(!wanted(8, &Df11Options::default()));
     }
 }

@@ -12,31 +12,19 @@ use half::bf16;
 use crate::cuda::launch::{launch_config_in, smem_per_block_optin};
 use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::pdl::{self, RawArgs};
-use crate::cuda::setting::Setting;
 use crate::cuda::tc::tiling::TcTiling;
 use crate::cuda::tc_panel::{self, PanelMatrix};
+use crate::options::{Df11Options, WgUse};
 
 const BUILT: Module = fatbin_module!("df11_tc_wg");
 
-/// The kernels' module: the build's, or for kernel measurements the PTX file `DF11_TC_WG_PTX`
-/// names (built from `kernels/df11_tc_wg.cu` for `compute_90a` with other `-D` settings); a file
-/// that cannot be read is an error at the first launch, never a silent fallback.
-fn module() -> candle_core::Result<Module> {
-    static MODULE: std::sync::OnceLock<Result<Module, String>> = std::sync::OnceLock::new();
-    MODULE
-        .get_or_init(|| {
-            let Some(path) = std::env::var_os("DF11_TC_WG_PTX") else {
-                return Ok(BUILT);
-            };
-            let ptx = std::fs::read_to_string(&path)
-                .map_err(|e| format!("DF11_TC_WG_PTX {}: {e}", path.to_string_lossy()))?;
-            Ok(Module::ptx(
-                "df11_tc_wg_override",
-                Box::leak(ptx.into_boxed_str()),
-            ))
-        })
-        .clone()
-        .map_err(candle_core::Error::msg)
+/// The kernels' module: the build's, or for kernel measurements a PTX file's built from
+/// `kernels/df11_tc_wg.cu` for `compute_90a` with other `-D` settings (`crate::tuning`).
+fn module() -> Module {
+    match crate::tuning::get().and_then(|t| t.wg_ptx.as_ref()) {
+        Some(ptx) => Module::ptx("df11_tc_wg_override", ptx),
+        None => BUILT,
+    }
 }
 
 /// A warp's four stages (two sub-steps of two row groups) of `TS_STAGE` (DF11) or
@@ -64,33 +52,6 @@ pub(crate) const WG_LIMIT_ROWS: usize = crate::cuda::limits::TC_LIMIT_ROWS;
 /// Rows of x from which `on` takes the warpgroup kernels (where they run).
 pub(crate) const WG_MIN_ROWS: usize = 9;
 
-/// `DF11_TC_WG`: `off` (the default: measured slower than the streaming and panel kernels at
-/// every row count so far, docs/PERFORMANCE.md, session 21), `on` (from 9 rows where the
-/// kernels run; the products from 17 to 64 rows then take them instead of decode +
-/// cuBLAS) or `all` (every batch they take, for measurements). Outputs are the same bits
-/// whichever kernel runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WgUse {
-    /// Never.
-    Off,
-    /// From 9 rows (`WG_MIN_ROWS`).
-    On,
-    /// At every batch size.
-    All,
-}
-
-static WG: Setting<WgUse> = Setting::new(
-    "DF11_TC_WG",
-    "warpgroup kernel setting",
-    &[("off", WgUse::Off), ("on", WgUse::On), ("all", WgUse::All)],
-);
-
-/// Sets when the warpgroup kernels take a product, for the whole process (overrides
-/// `DF11_TC_WG`; outputs are the same either way).
-pub fn set_tc_wg(mode: WgUse) {
-    WG.set(mode);
-}
-
 /// Whether the kernels were built for `sm_90a` (build.rs compiles them so for
 /// `CUDA_COMPUTE_CAP=90` only).
 const BUILT_FOR_90A: bool = matches!(env!("DF11_PTX_COMPUTE_CAP").as_bytes(), b"90");
@@ -111,9 +72,11 @@ pub(crate) fn available(dev: &CudaDevice) -> candle_core::Result<bool> {
     Ok(major == 9 && minor == 0)
 }
 
-/// Whether the setting wants the warpgroup kernels at `nb` rows of x.
-fn wanted(nb: usize) -> bool {
-    match WG.get() {
+/// Whether the options want the warpgroup kernels at `nb` rows of x ([`WgUse`]: off by
+/// default, measured slower than the streaming and panel kernels at every row count so far,
+/// docs/PERFORMANCE.md; `On` takes them from 9 rows, `All` at every batch).
+fn wanted(nb: usize, options: &Df11Options) -> bool {
+    match options.warpgroup {
         WgUse::Off => false,
         WgUse::On => (WG_MIN_ROWS..=WG_LIMIT_ROWS).contains(&nb),
         WgUse::All => (1..=WG_LIMIT_ROWS).contains(&nb),
@@ -146,8 +109,13 @@ fn layout(n: usize, twin: bool, optin: usize) -> Option<(usize, usize)> {
 
 /// Whether a warpgroup launch takes a product over `cols` columns at `nb` rows of x on `dev`
 /// (DF11: the caller also checks the matrix is tiled members in whole chunks).
-pub(crate) fn takes(dev: &CudaDevice, cols: usize, nb: usize) -> candle_core::Result<bool> {
-    Ok(wanted(nb)
+pub(crate) fn takes(
+    dev: &CudaDevice,
+    cols: usize,
+    nb: usize,
+    options: &Df11Options,
+) -> candle_core::Result<bool> {
+    Ok(wanted(nb, options)
         && cols.is_multiple_of(2048)
         && cols <= 2048 * 256
         && available(dev)?
@@ -167,6 +135,7 @@ struct WgLaunch {
 /// Writes x in contract order for the launch and plans it, or `None` where the kernels do not
 /// take the product now (setting, device, shape, a capture without counters: the caller takes
 /// another kernel, with the same output).
+#[allow(clippy::too_many_arguments)]
 fn plan(
     dev: &CudaDevice,
     tiling: &TcTiling,
@@ -175,8 +144,9 @@ fn plan(
     rows: usize,
     cols: usize,
     nb: usize,
+    options: &Df11Options,
 ) -> candle_core::Result<Option<WgLaunch>> {
-    if !takes(dev, cols, nb)? {
+    if !takes(dev, cols, nb, options)? {
         return Ok(None);
     }
     let n = n_for(nb);
@@ -195,7 +165,7 @@ fn plan(
     // sums before any is read.
     let xp = unsafe { dev.alloc::<bf16>(cols * n) }?;
     let partial = unsafe { dev.alloc::<f32>(ntasks * nb * 64) }?;
-    let order = module()?.func(dev, "wg_x_order")?;
+    let order = module().func(dev, "wg_x_order")?;
     let pieces = cols / 32 * 4 * n;
     let order_cfg = LaunchConfig {
         grid_dim: (pieces.div_ceil(256).min(4096) as u32, 1, 1),
@@ -209,11 +179,11 @@ fn plan(
     a.scalar(&nb_).scalar(&cols_).scalar(&n_);
     // SAFETY: x is a contiguous [nb, cols] BF16 view, xp holds cols * n BF16 (n >= nb, cols a
     // multiple of 2048); the kernel waits for the kernel before it before reading x.
-    unsafe { pdl::launch_maybe(&order, order_cfg, &mut a, pdl::available(dev)?) }?;
+    unsafe { pdl::launch_maybe(&order, order_cfg, &mut a, pdl::available(dev, options.pdl)?) }?;
     let name = kernel(twin, n);
     // One CTA an SM (fewer where there are fewer tasks): its warpgroups' first tasks go one to a
     // CTA (the kernel's task order), so every SM works before any takes a second.
-    let mut cfg = launch_config_in(dev, &module()?, name, smem, ntasks, 1)?;
+    let mut cfg = launch_config_in(dev, &module(), name, smem, ntasks, 1)?;
     cfg.block_dim = ((128 * wgs) as u32, 1, 1);
     Ok(Some(WgLaunch {
         cfg,
@@ -240,6 +210,7 @@ fn kernel(twin: bool, n: usize) -> &'static str {
 /// warpgroup kernel, or `None` where it does not run now (the caller takes another kernel, with
 /// the same output). The caller has checked what `PackedTcOp` checks: the matrix is whole tiled
 /// members in whole chunks.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn df11(
     dev: &CudaDevice,
     tiling: &TcTiling,
@@ -248,13 +219,14 @@ pub(crate) fn df11(
     rows: usize,
     cols: usize,
     nb: usize,
+    options: &Df11Options,
 ) -> candle_core::Result<Option<CudaSlice<bf16>>> {
-    let Some(p) = plan(dev, tiling, false, x, rows, cols, nb)? else {
+    let Some(p) = plan(dev, tiling, false, x, rows, cols, nb, options)? else {
         return Ok(None);
     };
     // SAFETY: every output is written by the kernel.
     let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
-    let func = module()?.func(dev, p.name)?;
+    let func = module().func(dev, p.name)?;
     let (nb_, rows_, cols_, base_) = (nb as i32, rows as i32, cols as i32, m.base as i64);
     let steps = tiling.steps as i32;
     let stream = dev.cuda_stream();
@@ -269,12 +241,13 @@ pub(crate) fn df11(
     // (`plan`), the partial sums of every task and this thread's zeroed counters for the stream
     // (one per 64-row tile, fewer than the row groups they are sized for); arguments in
     // WG_PACKED_ARGS order. With PDL it reads only the weights before its griddepcontrol.wait.
-    unsafe { pdl::launch_maybe(&func, p.cfg, &mut a, pdl::available(dev)?) }?;
+    unsafe { pdl::launch_maybe(&func, p.cfg, &mut a, pdl::available(dev, options.pdl)?) }?;
     Ok(Some(out))
 }
 
 /// The twin's product `x` (`[nb, cols]`) times `w` (`[rows, cols]`, BF16) transposed, by the
 /// warpgroup kernel, or `None` where it does not run now (as [`df11`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn twin(
     dev: &CudaDevice,
     tiling: &TcTiling,
@@ -283,13 +256,14 @@ pub(crate) fn twin(
     rows: usize,
     cols: usize,
     nb: usize,
+    options: &Df11Options,
 ) -> candle_core::Result<Option<CudaSlice<bf16>>> {
-    let Some(p) = plan(dev, tiling, true, x, rows, cols, nb)? else {
+    let Some(p) = plan(dev, tiling, true, x, rows, cols, nb, options)? else {
         return Ok(None);
     };
     // SAFETY: every output is written by the kernel.
     let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
-    let func = module()?.func(dev, p.name)?;
+    let func = module().func(dev, p.name)?;
     let (nb_, rows_, cols_, steps) = (nb as i32, rows as i32, cols as i32, tiling.steps as i32);
     let stream = dev.cuda_stream();
     let mut a = RawArgs::new(&stream);
@@ -300,7 +274,7 @@ pub(crate) fn twin(
     // a multiple of 2048 (`takes`); x in contract order, partial sums and counters as for
     // [`df11`]; arguments in WG_TWIN_ARGS order. The kernel waits for the kernel before it
     // before it reads anything (its weights may be that kernel's output).
-    unsafe { pdl::launch_maybe(&func, p.cfg, &mut a, pdl::available(dev)?) }?;
+    unsafe { pdl::launch_maybe(&func, p.cfg, &mut a, pdl::available(dev, options.pdl)?) }?;
     Ok(Some(out))
 }
 

@@ -14,24 +14,26 @@ use crate::cuda::launch::{
 };
 use crate::cuda::matmul::{fused_kernel, FusedKernel, FUSED_LIMIT_ROWS};
 use crate::cuda::tc::TwinTcOp;
+use crate::options::Df11Options;
 
 /// `x · wᵀ (+ bias)` through a BF16 twin kernel, when `w` is a BF16 CUDA matrix and `x` may take
-/// a fused path ([`fused_kernel`]); `None` otherwise.
+/// a fused path under `options` ([`fused_kernel`]); `None` otherwise.
 pub(crate) fn twin_linear(
     w: &Tensor,
     bias: Option<&Tensor>,
     x: &Tensor,
+    options: &Df11Options,
 ) -> candle_core::Result<Option<Tensor>> {
     let (out, cols) = w.dims2()?;
     if w.dtype() != DType::BF16 || !w.device().is_cuda() {
         return Ok(None);
     }
-    let Some(kernel) = fused_kernel(x, cols) else {
+    let Some(kernel) = fused_kernel(x, cols, options) else {
         return Ok(None);
     };
     let w = w.contiguous()?;
     apply_rows(x, cols, out, bias, kernel.limit_rows(), |x2| {
-        twin_matmul(&w, x2, kernel)
+        twin_matmul(&w, x2, kernel, options)
     })
     .map(Some)
 }
@@ -41,9 +43,10 @@ pub(crate) fn twin_matmul(
     w: &Tensor,
     x2: &Tensor,
     kernel: FusedKernel,
+    options: &Df11Options,
 ) -> candle_core::Result<Tensor> {
     match kernel {
-        FusedKernel::TensorCore => w.apply_op2_no_bwd(x2, &TwinTcOp),
+        FusedKernel::TensorCore => w.apply_op2_no_bwd(x2, &TwinTcOp(*options)),
         FusedKernel::CudaCore => w.apply_op2_no_bwd(x2, &TwinGemvOp),
     }
 }

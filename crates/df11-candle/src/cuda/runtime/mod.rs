@@ -1,4 +1,5 @@
-//! What every launch shares: grid sizing and argument checks, the kernels' modules, programmatic dependent launches, streams that wait for each other, and the process-wide settings.
+//! What every launch shares: grid sizing and argument checks, the kernels' modules,
+//! programmatic dependent launches, and streams that wait for each other.
 
 #[cfg(feature = "cuda")]
 pub(crate) mod launch;
@@ -6,6 +7,5 @@ pub(crate) mod launch;
 pub(crate) mod module;
 #[cfg(feature = "cuda")]
 pub(crate) mod pdl;
-pub(crate) mod setting;
 #[cfg(feature = "cuda")]
 pub mod streams;

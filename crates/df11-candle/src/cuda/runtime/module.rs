@@ -4,7 +4,7 @@
 //!
 //! Why not candle's `get_or_load_custom_func`: it takes PTX text, which the driver compiles at
 //! the first load of each module on a machine whose JIT cache does not hold it yet: ~1.6 s of a
-//! fresh H100's first DF11 load (docs/PERFORMANCE.md, session 16), and again after every change
+//! fresh H100's first DF11 load (docs/PERFORMANCE.md), and again after every change
 //! of a kernel. With SASS in the image nothing is compiled where the build's target runs.
 
 use std::collections::HashMap;
@@ -20,7 +20,7 @@ use candle_core::cuda_backend::{CudaDevice, WrapErr};
 enum Image {
     /// The build's fatbin (`$OUT_DIR/<name>.fatbin`).
     Fatbin(&'static [u8]),
-    /// PTX text (measurement overrides: `DF11_TC_STREAM_PTX`).
+    /// PTX text (measurement overrides: `crate::tuning`).
     Ptx(&'static str),
 }
 

@@ -16,15 +16,15 @@
 //! The DF11 products' packed buffers are written only at load, which ends with a synchronize.
 //! The BF16 twin is launched the ordinary way: its weights may be written by the kernel just
 //! before it (a member decoded for the twin, `Df11Group`), and for a BF16 model's settled
-//! weights PDL measured no gain (docs/PERFORMANCE.md, session 15). Every streaming product still
+//! weights PDL measured no gain (docs/PERFORMANCE.md). Every streaming product still
 //! triggers the kernel after it at its start.
 //!
 //! Used only where it is safe and available: kernels built for compute 9.0 or newer
 //! (`CUDA_COMPUTE_CAP`; below it `griddepcontrol` is compiled out), a device of compute
 //! capability 9.0 or newer, and a context without cudarc's event tracking (the raw launch below
 //! does not record the events cudarc's `LaunchArgs` would; `df11-llm` turns tracking off for
-//! its devices). `DF11_PDL=off` (or [`set_pdl`]) turns it off: outputs are the same bits either
-//! way.
+//! its devices), where the caller's options allow it ([`crate::Df11Options::pdl`]; outputs are
+//! the same bits either way).
 
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -35,19 +35,6 @@ use candle_core::cuda_backend::cudarc::driver::{
 };
 use candle_core::cuda_backend::WrapErr;
 use candle_core::CudaDevice;
-
-use crate::cuda::setting::Setting;
-
-/// `DF11_PDL` (`on`, the default, or `off`): whether the decode step's kernels use
-/// programmatic dependent launches where they can.
-static PDL: Setting<bool> =
-    Setting::new("DF11_PDL", "PDL setting", &[("on", true), ("off", false)]);
-
-/// Turns programmatic dependent launches of the decode step's kernels on or off (overrides
-/// `DF11_PDL`; outputs are the same bits either way).
-pub fn set_pdl(on: bool) {
-    PDL.set(on);
-}
 
 /// Whether the kernels were built with `griddepcontrol` (PTX for compute 9.0 or newer): a
 /// kernel built without it would not wait for the one before it.
@@ -69,9 +56,10 @@ const fn ptx_cap_at_least_90(cap: &str) -> bool {
     value >= 90
 }
 
-/// Whether launches on `dev` may use PDL (see the module docs).
-pub(crate) fn available(dev: &CudaDevice) -> candle_core::Result<bool> {
-    if !PDL.get() || !KERNELS_WAIT {
+/// Whether launches on `dev` may use PDL (see the module docs) where the caller wants it
+/// (`wanted`: [`crate::Df11Options::pdl`]).
+pub(crate) fn available(dev: &CudaDevice, wanted: bool) -> candle_core::Result<bool> {
+    if !wanted || !KERNELS_WAIT {
         return Ok(false);
     }
     let ctx = dev.cuda_stream().context().clone();
@@ -162,13 +150,13 @@ macro_rules! scalar_kernel_arg {
 scalar_kernel_arg!(i32, u32, i64, u64, f32);
 
 /// Launches `$func` with `$cfg` and the arguments on `$dev`'s stream: a programmatic dependent
-/// launch where [`available`], else cudarc's ordinary launch. Evaluates to
+/// launch where `$pdl` (the caller's wish) and [`available`], else cudarc's ordinary launch. Evaluates to
 /// `candle_core::Result<()>`; unsafe as any launch (the caller's SAFETY note covers both ways),
 /// and the kernel must call `griddepcontrol.wait` (`kernels/llm_common.cuh`) before it reads or
 /// writes anything another kernel writes.
 macro_rules! launch_kernel {
-    ($dev:expr, $func:expr, $cfg:expr; $($arg:expr),+ $(,)?) => {{
-        if $crate::cuda::pdl::available(&$dev)? {
+    ($dev:expr, $pdl:expr, $func:expr, $cfg:expr; $($arg:expr),+ $(,)?) => {{
+        if $crate::cuda::pdl::available(&$dev, $pdl)? {
             let stream = $dev.cuda_stream();
             let mut raw = $crate::cuda::pdl::RawArgs::new(&stream);
             $($crate::cuda::pdl::KernelArg::push_to($arg, &mut raw);)+

@@ -44,30 +44,6 @@ pub(crate) fn order(from: Queue<'_>, to: Queue<'_>) -> candle_core::Result<()> {
     }
 }
 
-/// Extra synchronisation points for looking for a race (`DF11_DEBUG_SYNC`, off by default):
-/// `load` waits for each unit's device form before its host arrays are dropped; `layer` waits
-/// for each layer's work after it is queued (outside graph captures); `all` both. Results must
-/// not change; if they do, a race is in the part they order.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct DebugSync {
-    /// After each unit's upload or GPU build.
-    pub load: bool,
-    /// After each layer.
-    pub layer: bool,
-}
-
-/// The `DF11_DEBUG_SYNC` setting (read once).
-pub fn debug_sync() -> DebugSync {
-    static SYNC: std::sync::OnceLock<DebugSync> = std::sync::OnceLock::new();
-    *SYNC.get_or_init(|| {
-        let v = std::env::var("DF11_DEBUG_SYNC").unwrap_or_default();
-        DebugSync {
-            load: v == "load" || v == "all",
-            layer: v == "layer" || v == "all",
-        }
-    })
-}
-
 /// Waits for `device`'s stream unless it is capturing a graph.
 pub fn sync_unless_capturing(device: &CudaDevice) -> candle_core::Result<()> {
     let stream = device.cuda_stream();

@@ -21,7 +21,7 @@ impl Df11Group {
     }
 
     /// Member `member`'s tile order, if its device form stores it so (CUDA, packed, shape given
-    /// at load and suited: [`Self::new_shaped`]).
+    /// at load and suited: [`super::UnitPlacement::shapes`]).
     pub fn tile_order(&self, member: usize) -> Option<crate::TileOrder> {
         #[cfg(feature = "cuda")]
         if let Ok(on) = self.on_device() {
@@ -36,7 +36,8 @@ impl Df11Group {
     /// `x2 · Wᵀ` (`x2`: `[nb, cols]` BF16, contiguous, at most `kernel.limit_rows()` rows) for the
     /// member `[rows, cols]` at unit element `base`, through `kernel`'s DF11 kernel where it takes
     /// the member, else by decoding the member and running `kernel`'s BF16 twin: either way the
-    /// bits of the BF16 model on the same path ([`crate::matmul`]).
+    /// bits of the BF16 model on the same path ([`crate::matmul`]), under `options` (the
+    /// layer's: streaming, panel and warpgroup kernels, PDL).
     #[cfg(feature = "cuda")]
     pub(crate) fn fused_matmul(
         &self,
@@ -45,6 +46,7 @@ impl Df11Group {
         rows: usize,
         cols: usize,
         kernel: crate::matmul::FusedKernel,
+        options: &crate::Df11Options,
     ) -> Result<Tensor> {
         use crate::cuda::packed_kernels::PackedGemvOp;
         use crate::cuda::tc::PackedTcOp;
@@ -61,6 +63,7 @@ impl Df11Group {
                     base,
                     rows,
                     cols,
+                    options: *options,
                 };
                 let nb = x2.elem_count() / cols.max(1);
                 let takes = match x2.device() {
@@ -118,7 +121,7 @@ impl Df11Group {
         } else {
             w.copy()?
         };
-        Ok(crate::cuda::twin::twin_matmul(&w, x2, kernel)?)
+        Ok(crate::cuda::twin::twin_matmul(&w, x2, kernel, options)?)
     }
 
     /// Records that a linear layer reads the consecutive members at `elements` as one matrix.

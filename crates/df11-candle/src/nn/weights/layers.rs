@@ -10,31 +10,20 @@ use super::{ModelWeights, Source, WeightFormat};
 use crate::error::Result;
 use crate::nn::group::Df11Group;
 use crate::nn::linear::{Df11Embedding, Df11Linear};
-
-/// `DF11_STACK` (`on`, the default, or `off`): whether [`stacks_projections`] may stack.
-static STACK: crate::cuda::setting::Setting<bool> = crate::cuda::setting::Setting::new(
-    "DF11_STACK",
-    "stack setting",
-    &[("on", true), ("off", false)],
-);
-
-/// Turns the stacking of projections off or on for models loaded from now on (overrides
-/// `DF11_STACK`; the results are the same bits either way at 1 to 16 rows, where the products
-/// are row by row).
-pub fn set_stack_projections(on: bool) {
-    STACK.set(on);
-}
+use crate::options::Df11Options;
 
 /// Whether a model on `device` loads projections that read the same input `in_features` wide
 /// (q/k/v, gate/up) as one stacked linear layer ([`ModelWeights::stacked_linear`]): on CUDA, for
 /// widths of whole 2048-column chunks whose members units tile
-/// ([`crate::cuda::tile_order::tiles_columns`]), where the streaming tensor-core kernel
-/// multiplies a DF11 stack in one launch; not under `DF11_STACK=off`.
-pub fn stacks_projections(device: &Device, in_features: usize) -> bool {
+/// ([`crate::TileMembers::tiles_whole_chunks`]), where the streaming tensor-core kernel
+/// multiplies a DF11 stack in one launch; not where [`Df11Options::stack_projections`] is off
+/// (the results are the same bits either way at 1 to 16 rows, where the products are row by
+/// row).
+pub fn stacks_projections(device: &Device, in_features: usize, options: &Df11Options) -> bool {
     cfg!(feature = "cuda")
         && device.is_cuda()
-        && STACK.get()
-        && crate::cuda::tile_order::tiles_whole_chunks(in_features)
+        && options.stack_projections
+        && options.tiles.tiles_whole_chunks(in_features)
 }
 
 /// A linear layer loaded from either kind of folder.
@@ -42,33 +31,59 @@ pub fn stacks_projections(device: &Device, in_features: usize) -> bool {
 pub enum Linear {
     /// Weight kept DF11-compressed.
     Df11(Df11Linear),
-    /// Dense weight.
-    Dense(candle_nn::Linear),
+    /// Dense weight, with the options its products plan by (the BF16 twin of the fused DF11
+    /// kernels at the batch sizes a DF11 weight loaded alike takes them).
+    Dense {
+        /// The weight and bias.
+        linear: candle_nn::Linear,
+        /// The options of the model it belongs to.
+        options: Df11Options,
+    },
 }
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         match self {
             Self::Df11(l) => l.forward(x),
-            Self::Dense(l) => {
+            Self::Dense { linear, options } => {
                 // Small batches on CUDA: the BF16 twin of the fused DF11 kernel (same summation
                 // order), so a BF16 model and its DF11 copy stay bit-identical.
                 #[cfg(feature = "cuda")]
-                if let Some(y) = crate::cuda::twin::twin_linear(l.weight(), l.bias(), x)? {
+                if let Some(y) =
+                    crate::cuda::twin::twin_linear(linear.weight(), linear.bias(), x, options)?
+                {
                     return Ok(y);
                 }
-                l.forward(x)
+                #[cfg(not(feature = "cuda"))]
+                let _ = options;
+                linear.forward(x)
             }
         }
     }
 }
 
 impl Linear {
+    /// A dense linear layer planned by `options` (see [`Linear::Dense`]).
+    pub fn dense(weight: Tensor, bias: Option<Tensor>, options: Df11Options) -> Self {
+        Self::Dense {
+            linear: candle_nn::Linear::new(weight, bias),
+            options,
+        }
+    }
+
+    /// The same layer running by `options` (see [`Df11Linear::with_options`]).
+    pub fn with_options(self, options: Df11Options) -> Self {
+        match self {
+            Self::Df11(l) => Self::Df11(l.with_options(options)),
+            Self::Dense { linear, .. } => Self::Dense { linear, options },
+        }
+    }
+
     /// The compressed unit holding the weight (`None` for a dense or decoded weight).
     pub fn group(&self) -> Option<&Arc<Df11Group>> {
         match self {
             Self::Df11(l) => l.group(),
-            Self::Dense(_) => None,
+            Self::Dense { .. } => None,
         }
     }
 }
@@ -132,9 +147,12 @@ impl ModelWeights {
                         .map(|m| declared.get(m).copied())
                         .collect()
                 };
-                let form = crate::exponent_form();
-                let g =
-                    Df11Group::load_shaped(model, unit, &self.device, form, self.offload, &shapes)?;
+                let placement = crate::nn::group::UnitPlacement {
+                    options: self.options,
+                    offloaded: self.offload,
+                    shapes,
+                };
+                let g = Df11Group::load(model, unit, &self.device, &placement)?;
                 cache.insert(key, g.clone());
                 g
             }
@@ -144,7 +162,7 @@ impl ModelWeights {
 
     /// Declares that module `module` is a linear layer of `[out_features, in_features]`, ahead of
     /// [`Self::linear`]. A compressed unit loaded afterwards stores its declared members in the
-    /// tensor-core tile order on CUDA ([`Df11Group::new_shaped`]): a unit loads at its first
+    /// tensor-core tile order on CUDA ([`crate::UnitPlacement::shapes`]): a unit loads at its first
     /// member's use, so declaring every linear of a layer before loading any lets all of them
     /// be tiled. [`Self::linear`] declares its own. Nothing for dense folders.
     pub fn declare_linear(&self, module: &str, out_features: usize, in_features: usize) {
@@ -181,7 +199,7 @@ impl ModelWeights {
             return Ok(Linear::Df11(l));
         }
         let w = self.tensor(&weight, &[out_features, in_features])?;
-        Ok(Linear::Dense(candle_nn::Linear::new(w, bias)))
+        Ok(Linear::dense(w, bias, self.options))
     }
 
     /// The linear layers `modules` (`(module, out_features)`, each `in_features` wide) as one
@@ -189,7 +207,7 @@ impl ModelWeights {
     /// three), where [`stacks_projections`] says so for this device and width; `None` otherwise
     /// (load them one by one). A DF11 stack of consecutive tiled members multiplies in one
     /// streaming launch ([`Df11Linear::stacked`]); a dense one is their weights concatenated.
-    /// The decision depends on the device, the settings and the width only, never on the
+    /// The decision depends on the device, the options and the width only, never on the
     /// folder's format, so a DF11 model and its BF16 original stack alike (at the cuBLAS batch
     /// sizes the product's shape is part of the result's bits).
     pub fn stacked_linear(
@@ -198,7 +216,7 @@ impl ModelWeights {
         in_features: usize,
         bias: bool,
     ) -> Result<Option<Linear>> {
-        if modules.len() < 2 || !stacks_projections(&self.device, in_features) {
+        if modules.len() < 2 || !stacks_projections(&self.device, in_features, &self.options) {
             return Ok(None);
         }
         for &(m, out) in modules {
@@ -238,7 +256,7 @@ impl ModelWeights {
             .map(|&(m, out)| self.tensor(&format!("{m}.weight"), &[out, in_features]))
             .collect::<Result<Vec<_>>>()?;
         let w = Tensor::cat(&parts, 0)?;
-        Ok(Some(Linear::Dense(candle_nn::Linear::new(w, bias))))
+        Ok(Some(Linear::dense(w, bias, self.options)))
     }
 
     /// The embedding of module `module` (table `module.weight`).

@@ -19,23 +19,31 @@ pub(super) fn decode_stream(
     t: &UnitTensors<'_>,
     layout: &UnitLayout,
     sign_mantissa: (&CudaStorage, &Layout),
+    options: &crate::Df11Options,
 ) -> Result<CudaStorage> {
     use crate::load_profile::{timed, Phase};
+    let profiled = options.profile_load;
     let settle = || {
         let _ = device.cuda_stream().synchronize();
     };
     let bytes = t.encoded_exponent.len() + t.gaps.len() + t.output_positions.len();
-    let huffman = timed(Phase::UploadExponents, bytes, settle, || {
-        CudaUnit::huffman_without_index(device, t, layout)
+    let huffman = timed(profiled, Phase::UploadExponents, bytes, settle, || {
+        CudaUnit::huffman_without_index(device, t, layout, options.staged_copy)
     })?;
-    timed(Phase::GpuDecode, 2 * layout.n_elements, settle, || {
-        let (storage, _) =
-            huffman.decode(sign_mantissa.0, sign_mantissa.1, layout, 0..layout.n_blocks)?;
-        huffman
-            .check_status()
-            .map_err(|defect| crate::cuda::gpu_pack::refused(name, defect))?;
-        Ok(storage)
-    })
+    timed(
+        profiled,
+        Phase::GpuDecode,
+        2 * layout.n_elements,
+        settle,
+        || {
+            let (storage, _) =
+                huffman.decode(sign_mantissa.0, sign_mantissa.1, layout, 0..layout.n_blocks)?;
+            huffman
+                .check_status()
+                .map_err(|defect| crate::cuda::gpu_pack::refused(name, defect))?;
+            Ok(storage)
+        },
+    )
 }
 
 /// The GPU build of a validated unit's packed form (members `orders` tiles in the tile order),
@@ -51,8 +59,18 @@ pub fn build_on_gpu_to_host(
     let sm = device.clone_htod(t.sign_mantissa)?;
     let storage = CudaStorage::wrap_cuda_slice(sm, device.clone());
     let sm_layout = Layout::contiguous(t.sign_mantissa.len());
-    let decode = || decode_stream(device, "<unit>", t, layout, (&storage, &sm_layout));
-    match crate::cuda::gpu_pack::build(device, "<unit>", t, layout, orders, &decode)? {
+    let options = crate::Df11Options::default();
+    let decode = || {
+        decode_stream(
+            device,
+            "<unit>",
+            t,
+            layout,
+            (&storage, &sm_layout),
+            &options,
+        )
+    };
+    match crate::cuda::gpu_pack::build(device, "<unit>", t, layout, orders, &decode, false)? {
         Some(p) => {
             let sm = match &p.sign_mantissa {
                 Some(s) => Some(device.clone_dtoh(s)?),

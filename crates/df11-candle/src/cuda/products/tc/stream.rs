@@ -1,16 +1,13 @@
 //! Launch layout of the streaming tensor-core kernels (`kernels/df11_tc_stream.cu`): their
-//! module, the `DF11_TC_STREAM` setting, how many CTAs per SM and slots of partial sums a launch
+//! module, how many CTAs per SM and slots of partial sums a launch
 //! takes ([`StreamPlan`]), and the launch configuration. The ops that launch them are in the
 //! parent module.
-
-use std::sync::OnceLock;
 
 use candle_core::cuda_backend::CudaDevice;
 
 use super::tiling::{TcTiling, STREAM_TABLE_BYTES};
 use crate::cuda::launch::{launch_config_in, resident_ctas, smem_per_block_optin};
 use crate::cuda::module::{fatbin_module, Module};
-use crate::cuda::setting::Setting;
 
 const STREAM_MODULE: Module = fatbin_module!("df11_tc_stream");
 /// A stage of the streaming kernels: `TS_STAGE` bytes (DF11) or `TS_TWIN_STAGE` (twin); each of
@@ -23,41 +20,13 @@ const STREAM_RING_STAGES: usize = 8 * 2;
 const SM_SHARED_BYTES: usize = 228 * 1024;
 
 /// The streaming kernels' module and the stages of a warp's ring (`STREAM_RING_STAGES / 8` for
-/// the built one). For kernel measurements, `DF11_TC_STREAM_PTX` names a PTX file built from
-/// `kernels/df11_tc_stream.cu` with other `-D` settings (`scripts/gpu-tc-variants.sh`), and
-/// `DF11_TC_STREAM_DEPTH` its `TS_DEPTH`; a file that cannot be read is an error at the first
-/// launch, never a silent fallback.
-pub(super) fn stream_module() -> candle_core::Result<(Module, usize)> {
-    static MODULE: OnceLock<Result<(Module, usize), String>> = OnceLock::new();
-    let m = MODULE.get_or_init(|| {
-        let Some(path) = std::env::var_os("DF11_TC_STREAM_PTX") else {
-            return Ok((STREAM_MODULE, STREAM_RING_STAGES / 8));
-        };
-        let ptx = std::fs::read_to_string(&path)
-            .map_err(|e| format!("DF11_TC_STREAM_PTX {}: {e}", path.to_string_lossy()))?;
-        let depth = match std::env::var("DF11_TC_STREAM_DEPTH") {
-            Ok(d) => d
-                .parse::<usize>()
-                .ok()
-                .filter(|d| (2..=8).contains(d))
-                .ok_or_else(|| format!("DF11_TC_STREAM_DEPTH {d:?}: not 2 to 8"))?,
-            Err(_) => STREAM_RING_STAGES / 8,
-        };
-        let text: &'static str = Box::leak(ptx.into_boxed_str());
-        Ok((Module::ptx("df11_tc_stream_override", text), depth))
-    });
-    m.clone().map_err(candle_core::Error::msg)
+/// the built one; for measurements, a PTX file's and its `TS_DEPTH`: `crate::tuning`).
+pub(super) fn stream_module() -> (Module, usize) {
+    match crate::tuning::get().and_then(|t| t.stream_ptx.as_ref()) {
+        Some((ptx, depth)) => (Module::ptx("df11_tc_stream_override", ptx), *depth),
+        None => (STREAM_MODULE, STREAM_RING_STAGES / 8),
+    }
 }
-
-/// `DF11_TC_STREAM` (`on`, the default, or `off`): whether the streaming kernels
-/// (kernels/df11_tc_stream.cu) take the products they can: the BF16 twin always, DF11 for tiled
-/// members whose sub-steps are whole packed chunks. Every kernel follows the same summation
-/// contract: the setting changes speed, never a bit of output.
-pub(super) static STREAM: Setting<bool> = Setting::new(
-    "DF11_TC_STREAM",
-    "stream setting",
-    &[("on", true), ("off", false)],
-);
 
 /// A streaming launch's layout ([`TcTiling::stream_plan`]): dynamic shared memory, slots of
 /// partial sums, CTAs per SM.
@@ -84,8 +53,7 @@ impl TcTiling {
 
     /// The layout of a streaming launch on a device whose CTAs may take `optin` bytes of shared
     /// memory: 2 CTAs per SM where they fit, else 1 (the launch takes fewer where the kernel's
-    /// registers hold fewer, [`stream_config`]; 3 measured slower, docs/PERFORMANCE.md session
-    /// 22) with as many slots of partial sums as fit (4, 2 or 1: measured 4 fastest,
+    /// registers hold fewer, [`stream_config`]; 3 measured slower, docs/PERFORMANCE.md) with as many slots of partial sums as fit (4, 2 or 1: measured 4 fastest,
     /// docs/PERFORMANCE.md); `None` above 32 rows of input (four m-tiles: measured slower than
     /// `df11_tc.cu`, 0.749 against 0.548 ms a Qwen3-8B layer at 64 rows) and where one CTA with
     /// one slot does not fit.
@@ -93,13 +61,13 @@ impl TcTiling {
         if self.m_tiles > 2 {
             return None;
         }
-        let slots = slots_override();
+        let slots = crate::tuning::get().and_then(|t| t.tc_slots);
         let (table, stage) = if twin {
             (0, STREAM_TWIN_STAGE_BYTES)
         } else {
             (STREAM_TABLE_BYTES, STREAM_STAGE_BYTES)
         };
-        let depth = stream_module().map_or(STREAM_RING_STAGES / 8, |(_, d)| d);
+        let depth = stream_module().1;
         let ring = 8 * depth * stage;
         let partial = self.partial_bytes(nb).next_multiple_of(16);
         for per_sm in [2u32, 1] {
@@ -123,24 +91,6 @@ impl TcTiling {
     }
 }
 
-/// `DF11_TC_SLOTS` (1, 2 or 4): the most slots of partial sums a streaming launch keeps, for
-/// measurements; it changes no bit of output.
-fn slots_override() -> Option<usize> {
-    static SLOTS: OnceLock<Option<usize>> = OnceLock::new();
-    *SLOTS.get_or_init(|| {
-        std::env::var("DF11_TC_SLOTS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .filter(|v: &usize| [1, 2, 4].contains(v))
-    })
-}
-
-/// Turns the streaming tensor-core kernels on or off (overrides `DF11_TC_STREAM`; outputs are
-/// the same either way).
-pub fn set_tc_stream(on: bool) {
-    STREAM.set(on);
-}
-
 /// The launch of `tiling`'s streaming kernel (`twin` or DF11) and its layout, or `None` where it
 /// does not fit the device ([`TcTiling::stream_plan`]).
 pub(super) fn stream_config(
@@ -160,7 +110,7 @@ pub(super) fn stream_config(
         return Ok(None);
     };
     let name = tiling.stream_kernel(nb, twin);
-    let (module, _) = stream_module()?;
+    let (module, _) = stream_module();
     // The grid is CTAs per SM x SMs: no more CTAs per SM than the kernel keeps resident (its
     // launch bounds, or a measurement build's: kernels/df11_tc_stream.cu `TS_LOW_CTAS`).
     let per_sm = plan
@@ -186,7 +136,13 @@ mod tests {
             (8, 65536),
         ] {
             for nb in [1, 2, 3, 8, 16, 33, 64] {
-                let t = TcTiling::new(rows, cols, nb).unwrap();
+                let t = TcTiling::new(
+                    rows,
+                    cols,
+                    nb,
+                    crate::cuda::tile_order::TileMembers::Chunked,
+                )
+                .unwrap();
                 for twin in [false, true] {
                     let Some(p) = t.stream_plan(nb, twin, optin) else {
                         // Above 32 rows, or where even one slot and one CTA do not fit.
@@ -205,6 +161,6 @@ mod tests {
                 }
             }
         }
-        assert!(TcTiling::new(8, 256, 65).is_err());
+        assert!(TcTiling::new(8, 256, 65, crate::cuda::tile_order::TileMembers::Chunked).is_err());
     }
 }

@@ -2,9 +2,8 @@
 //! kernels) cut a product into items and CTA tiles ([`TcTiling`]), which fixes their summation
 //! order, and the exponent table's size they share. Below every tensor-core launch module.
 
-use std::sync::OnceLock;
-
 use crate::cuda::limits::{tc_shape, TC_LIMIT_ROWS};
+use crate::cuda::tile_order::TileMembers;
 
 /// The streaming DF11 kernel's escape table (`TS_TABLE_BYTES` of kernels/df11_escape_table.cuh:
 /// 4096 + 16 words, static shared memory).
@@ -25,7 +24,13 @@ pub(crate) struct TcTiling {
 }
 
 impl TcTiling {
-    pub(crate) fn new(rows: usize, cols: usize, nb: usize) -> candle_core::Result<Self> {
+    /// The tiling of a `[rows, cols]` product with `nb` rows of input, members tiled by `tiles`.
+    pub(crate) fn new(
+        rows: usize,
+        cols: usize,
+        nb: usize,
+        tiles: TileMembers,
+    ) -> candle_core::Result<Self> {
         if !tc_shape(cols) || rows == 0 || nb == 0 || nb > TC_LIMIT_ROWS {
             candle_core::bail!("df11: tensor-core kernel called with {nb} x [{rows}, {cols}]");
         }
@@ -35,20 +40,20 @@ impl TcTiling {
             _ => 4,
         };
         // Two sub-steps per item measured fastest at every batch for `df11_tc.cu` (1 to 512
-        // rows, docs/PERFORMANCE.md, session 10: 32-64 rows 35% faster than 8); eight (a whole
-        // chunk an item) for the streaming kernels at 1 to 16 rows (session 22, H200, tc_probe
-        // layer, DF11 ms a Qwen3-8B layer, 8 against 2 or 4 sub-steps: 0.114 / 0.122 at 1 row,
-        // 0.135 / 0.145 at 8, 0.186 / 0.193 at 16; the twin 0.111 / 0.111, 0.122 / 0.122,
-        // 0.153 / 0.181; sessions 12-21 took 2 at 1-2 rows and 4 at 3-16);
-        // more where a row group's partial sums would pass the budget (very wide rows). Depends
-        // on (cols, nb) and the settings only, never on the weight format.
+        // rows, docs/PERFORMANCE.md: 32-64 rows 35% faster than 8); eight (a whole chunk an
+        // item) for the streaming kernels at 1 to 16 rows (H200, tc_probe layer, DF11 ms a
+        // Qwen3-8B layer, 8 against 2 or 4 sub-steps: 0.114 / 0.122 at 1 row, 0.135 / 0.145 at
+        // 8, 0.186 / 0.193 at 16; the twin 0.111 / 0.111, 0.122 / 0.122, 0.153 / 0.181); more
+        // where a row group's partial sums would pass the budget (very wide rows). Depends on
+        // (cols, nb) and the options only, never on the weight format.
         let chunks = cols.div_ceil(2048);
-        let first = if streams_whole_chunk_items(cols, nb) {
+        let first = if streams_whole_chunk_items(cols, nb, tiles) {
             8
         } else {
             2
         };
-        let steps = steps_override().unwrap_or_else(|| {
+        let tuning = crate::tuning::get();
+        let steps = tuning.and_then(|t| t.tc_steps).unwrap_or_else(|| {
             [2, 4, 8]
                 .into_iter()
                 .filter(|&s| s >= first)
@@ -58,7 +63,8 @@ impl TcTiling {
         let items_per_group = chunks * (8 / steps);
         // Enough items per tile for the 8 warps, within the partial-sum budget.
         let per_group = items_per_group * nb * 32;
-        let tile_groups = tile_groups_override()
+        let tile_groups = tuning
+            .and_then(|t| t.tc_tile_groups)
             .unwrap_or_else(|| 8usize.div_ceil(items_per_group))
             .min((MAX_PARTIAL_BYTES / per_group).max(1))
             .min(rows.div_ceil(8));
@@ -107,34 +113,10 @@ impl TcTiling {
 /// Whether a product over `cols` columns with `nb` rows of input takes eight sub-steps per item
 /// (a whole chunk): 1 to 16 rows on widths whose members are tiled in whole chunks (the products
 /// the streaming kernels take, in DF11 and BF16 alike). Not whether streaming is on:
-/// `DF11_TC_STREAM` changes speed, never a bit, so `df11_tc.cu` sums such products in eight
-/// sub-steps too.
-pub(crate) fn streams_whole_chunk_items(cols: usize, nb: usize) -> bool {
-    (1..=16).contains(&nb) && crate::cuda::tile_order::tiles_whole_chunks(cols)
-}
-
-/// `DF11_TC_STEPS` (1, 2, 4 or 8): sub-steps per item, for measurements. It changes the summation
-/// order of both kernels alike.
-fn steps_override() -> Option<usize> {
-    static STEPS: OnceLock<Option<usize>> = OnceLock::new();
-    *STEPS.get_or_init(|| {
-        std::env::var("DF11_TC_STEPS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .filter(|s: &usize| [1, 2, 4, 8].contains(s))
-    })
-}
-
-/// `DF11_TC_TILE_GROUPS` (1 to 32): row groups per CTA tile, for measurements (within the
-/// partial-sum budget); it changes no bit of output.
-fn tile_groups_override() -> Option<usize> {
-    static GROUPS: OnceLock<Option<usize>> = OnceLock::new();
-    *GROUPS.get_or_init(|| {
-        std::env::var("DF11_TC_TILE_GROUPS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .filter(|v: &usize| (1..=32).contains(v))
-    })
+/// [`crate::Df11Options::streaming`] changes speed, never a bit, so `df11_tc.cu` sums such
+/// products in eight sub-steps too.
+pub(crate) fn streams_whole_chunk_items(cols: usize, nb: usize, tiles: TileMembers) -> bool {
+    (1..=16).contains(&nb) && tiles.tiles_whole_chunks(cols)
 }
 
 #[cfg(test)]
@@ -152,13 +134,13 @@ mod tests {
             (64, 28672),
         ] {
             for nb in [1, 7, 16, 17, 33, 64] {
-                let t = TcTiling::new(rows, cols, nb).unwrap();
+                let t = TcTiling::new(rows, cols, nb, TileMembers::Chunked).unwrap();
                 assert!(t.partial_bytes(nb) <= MAX_PARTIAL_BYTES.max(t.items_per_group * nb * 32));
                 assert!(t.tiles(rows) * t.tile_groups * 8 >= rows);
                 assert_eq!(8 % t.steps, 0);
                 // Two sub-steps per item wherever the partial sums fit (eight for the streaming
                 // kernels' 1 to 16 rows on tiled widths).
-                let first = if streams_whole_chunk_items(cols, nb) {
+                let first = if streams_whole_chunk_items(cols, nb, TileMembers::Chunked) {
                     8
                 } else {
                     2
@@ -168,6 +150,6 @@ mod tests {
                 }
             }
         }
-        assert!(TcTiling::new(8, 264, 1).is_err());
+        assert!(TcTiling::new(8, 264, 1, TileMembers::Chunked).is_err());
     }
 }
