@@ -28,19 +28,21 @@ fn main() {
             .map(|h| format!("{h}/bin/nvcc"))
             .unwrap_or_else(|_| "nvcc".into())
     });
-    let names = [
+    let mut names = vec![
         "df11_decode",
         "df11_fused",
         "df11_packed",
         "df11_pack",
         "df11_tc",
         "df11_tc_stream",
-        "df11_tc_panel",
-        "df11_tc_wg",
         "llm_ops",
         "decode_step",
         "prefill_attention",
     ];
+    // The panel and warpgroup kernels: only with the `experimental-kernels` feature.
+    if std::env::var_os("CARGO_FEATURE_EXPERIMENTAL_KERNELS").is_some() {
+        names.extend(["df11_tc_panel", "df11_tc_wg"]);
+    }
     // One nvcc per kernel file, side by side (ptxas takes most of the time).
     std::thread::scope(|s| {
         for name in names {

@@ -59,16 +59,29 @@ def export_canary(root, out_dir):
 
 def export_model(root, model, out_dir):
     mdir = os.path.join(root, "models", model)
-    cfg = json.load(open(os.path.join(mdir, "df11", "config.json")))
+    # LLM fixtures: df11/ and its original bf16/; the FLUX fixture: each DF11 transformer and
+    # its BF16 original in the diffusers pipeline folder.
+    if os.path.isdir(os.path.join(mdir, "bf16")):
+        pairs = [("df11", "bf16")]
+    else:
+        pairs = [("df11", "base/transformer"), ("df11-schnell", "base-schnell/transformer")]
+    for df11_dir, bf16_dir in pairs:
+        if os.path.isdir(os.path.join(mdir, df11_dir)):
+            export_pair(os.path.join(mdir, df11_dir), os.path.join(mdir, bf16_dir),
+                        model if df11_dir == "df11" else f"{model}_{df11_dir}", out_dir)
+
+
+def export_pair(df11_path, bf16_path, prefix, out_dir):
+    cfg = json.load(open(os.path.join(df11_path, "config.json")))
     pattern = cfg["dfloat11_config"]["pattern_dict"]
     bf16 = {}
-    for fn in sorted(os.listdir(os.path.join(mdir, "bf16"))):
+    for fn in sorted(os.listdir(bf16_path)):
         if fn.endswith(".safetensors"):
-            bf16.update(read_safetensors(os.path.join(mdir, "bf16", fn)))
+            bf16.update(read_safetensors(os.path.join(bf16_path, fn)))
     df11 = {}
-    for fn in sorted(os.listdir(os.path.join(mdir, "df11"))):
+    for fn in sorted(os.listdir(df11_path)):
         if fn.endswith(".safetensors"):
-            df11.update(read_safetensors(os.path.join(mdir, "df11", fn)))
+            df11.update(read_safetensors(os.path.join(df11_path, fn)))
     groups = sorted({k[:-len(".encoded_exponent")] for k in df11 if k.endswith(".encoded_exponent")})
     for grp in groups:
         keys = [k for k in pattern if re.fullmatch(k, grp)]
@@ -79,7 +92,7 @@ def export_model(root, model, out_dir):
             assert bf16[nm][0] == "BF16", nm
         expected = b"".join(bf16[nm][2] for nm in names)
         g = lambda f: df11[f"{grp}.{f}"][2]
-        write_unit(out_dir, f"{model}__{grp.replace('.', '_')}", g("luts"), g("encoded_exponent"),
+        write_unit(out_dir, f"{prefix}__{grp.replace('.', '_')}", g("luts"), g("encoded_exponent"),
                    g("sign_mantissa"), g("gaps"), g("output_positions"), expected)
 
 

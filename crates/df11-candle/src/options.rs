@@ -58,9 +58,11 @@ pub struct Df11Options {
     /// The streaming tensor-core kernels (`kernels/df11_tc_stream.cu`, `DF11_TC_STREAM`).
     pub streaming: bool,
     /// The panel tensor-core kernels (`kernels/df11_tc_panel.cu`, `DF11_TC_PANEL`): measured
-    /// slower than the streaming kernels at every batch size, hence off.
+    /// slower than the streaming kernels at every batch size, hence off. Needs the
+    /// `experimental-kernels` feature ([`Df11Options::check`]).
     pub panel: bool,
-    /// When the warpgroup kernels take a product (`DF11_TC_WG`).
+    /// When the warpgroup kernels take a product (`DF11_TC_WG`). Needs the
+    /// `experimental-kernels` feature.
     pub warpgroup: WgUse,
     /// Programmatic dependent launches on sm_90+ (`DF11_PDL`), for the kernels that wait for
     /// their predecessor with `griddepcontrol`.
@@ -136,7 +138,23 @@ impl Df11Options {
                 o.set(name, value.trim())?;
             }
         }
+        o.check()?;
         Ok(o)
+    }
+
+    /// An error where the options ask for what this build lacks: the panel and warpgroup
+    /// kernels without the `experimental-kernels` feature. Loads check it
+    /// ([`crate::ModelWeights::open_with`], [`crate::Df11Group::new`]).
+    pub fn check(&self) -> Result<(), String> {
+        let experimental = self.panel || self.warpgroup != WgUse::Off;
+        if experimental && !cfg!(feature = "experimental-kernels") {
+            return Err(
+                "the panel and warpgroup kernels (DF11_TC_PANEL, DF11_TC_WG) need \
+                        df11-candle's `experimental-kernels` feature"
+                    .into(),
+            );
+        }
+        Ok(())
     }
 
     /// Sets the field variable `name` stands for from `value` (see [`VARIABLES`]).
@@ -242,7 +260,8 @@ mod tests {
 
     #[test]
     fn every_variable_sets_its_field() {
-        let o = Df11Options::from_vars(vars(&[
+        let mut o = Df11Options::default();
+        for (name, value) in [
             ("DF11_MATMUL", "cublas"),
             ("DF11_FUSED_KERNEL", "cuda-core"),
             ("DF11_EXPONENTS", "huffman"),
@@ -258,8 +277,9 @@ mod tests {
             ("DF11_DECODE_KERNEL", "blocks"),
             ("DF11_DEBUG_SYNC", "layer"),
             ("DF11_LOAD_PROFILE", "1"),
-        ]))
-        .unwrap();
+        ] {
+            o.set(name, value).unwrap();
+        }
         let expected = Df11Options {
             matmul: MatmulPath::Decode,
             tensor_cores: false,
@@ -281,6 +301,19 @@ mod tests {
             profile_load: true,
         };
         assert_eq!(o, expected);
+    }
+
+    #[test]
+    fn the_experimental_kernels_need_their_feature() {
+        let panel = Df11Options::from_vars(vars(&[("DF11_TC_PANEL", "on")]));
+        let wg = Df11Options::from_vars(vars(&[("DF11_TC_WG", "all")]));
+        if cfg!(feature = "experimental-kernels") {
+            assert!(panel.unwrap().panel);
+            assert_eq!(wg.unwrap().warpgroup, WgUse::All);
+        } else {
+            assert!(panel.unwrap_err().contains("experimental-kernels"));
+            assert!(wg.unwrap_err().contains("experimental-kernels"));
+        }
     }
 
     #[test]

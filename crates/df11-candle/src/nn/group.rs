@@ -127,6 +127,7 @@ impl Df11Group {
         placement: &UnitPlacement,
     ) -> Result<Arc<Self>> {
         let options = placement.options;
+        options.check().map_err(Df11Error::Usage)?;
         let orders = if options.tiles != crate::TileMembers::Off {
             let ranges = layout.member_ranges();
             crate::cuda::tile_order::member_orders(options.tiles, &ranges, &placement.shapes)

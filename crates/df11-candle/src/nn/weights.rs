@@ -98,6 +98,7 @@ impl ModelWeights {
         options: Df11Options,
     ) -> Result<Self> {
         use crate::load_profile::{timed, Phase};
+        options.check().map_err(Df11Error::Usage)?;
         let profile = options.profile_load;
         let source = match format {
             WeightFormat::Df11 | WeightFormat::Df11DecodedAtLoad => Source::Df11 {

@@ -155,9 +155,9 @@ pub fn use_fused(rows: usize, device: &Device, options: &Df11Options) -> bool {
 /// compute capability 9.0 GPU, widths of whole 2048-column chunks) take a product with `rows`
 /// rows of input and `cols` columns on `device`. Only where [`Df11Options::warpgroup`] turns
 /// them on (off by default: slower than decode + cuBLAS above 16 rows so far,
-/// docs/PERFORMANCE.md).
+/// docs/PERFORMANCE.md), in builds with the `experimental-kernels` feature.
 pub fn warpgroup_takes(rows: usize, cols: usize, device: &Device, options: &Df11Options) -> bool {
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "experimental-kernels")]
     if let Device::Cuda(d) = device {
         return options.tiles.tiles_whole_chunks(cols)
             && crate::cuda::tc_wg::takes(d, cols, rows, options).unwrap_or(false);

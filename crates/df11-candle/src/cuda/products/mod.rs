@@ -1,4 +1,7 @@
-//! The fused products: which path a product takes (the plan), what the kernels take, the CUDA-core, tensor-core, streaming, panel and warpgroup kernels' launch code, their BF16 twins, and the decode kernels over packed exponents.
+//! The fused products: which path a product takes (the plan), what the kernels take, the
+//! CUDA-core, tensor-core and streaming kernels' launch code (the panel and warpgroup kernels'
+//! with the `experimental-kernels` feature), their BF16 twins, and the decode kernels over packed
+//! exponents.
 
 #[cfg(feature = "cuda")]
 pub(crate) mod fused;
@@ -8,9 +11,9 @@ pub mod matmul;
 pub(crate) mod packed_kernels;
 #[cfg(feature = "cuda")]
 pub(crate) mod tc;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "experimental-kernels")]
 pub(crate) mod tc_panel;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "experimental-kernels")]
 pub(crate) mod tc_wg;
 #[cfg(feature = "cuda")]
 pub(crate) mod twin;

@@ -17,6 +17,7 @@ use crate::cuda::launch::{
 use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::packed_kernels::PackedBuffers;
 use crate::cuda::pdl::{self, RawArgs};
+#[cfg(feature = "experimental-kernels")]
 use crate::cuda::{tc_panel, tc_wg};
 
 mod stream;
@@ -101,6 +102,7 @@ impl PackedTcOp<'_> {
             return Ok(false);
         }
         let o = &self.options;
+        #[cfg(feature = "experimental-kernels")]
         if tc_wg::takes(dev, self.cols, nb, o)? || tc_panel::takes(dev, self.rows, nb, false, o)? {
             return Ok(true);
         }
@@ -170,6 +172,7 @@ impl CudaOp2 for PackedTcOp<'_> {
         let sm = sm.as_cuda_slice::<u8>()?;
         // Tiled members whose sub-steps are whole packed chunks: the warpgroup or panel kernel
         // where the options turn them on, else the streaming kernel (the same output).
+        #[cfg(feature = "experimental-kernels")]
         if tiled && self.whole_chunks() {
             let matrix = tc_panel::PanelMatrix {
                 unit: u,
@@ -287,17 +290,19 @@ impl CudaOp2 for TwinTcOp {
         let tiling = TcTiling::new(rows, cols, nb, o.tiles)?;
         let wv = bf16_view(w, w_l, "the weight")?;
         let xv = bf16_view(x, x_l, "x")?;
-        if let Some(out) = tc_wg::twin(&dev, &tiling, &wv, &xv, rows, cols, nb, o)? {
-            return Ok((
-                CudaStorage::wrap_cuda_slice(out, dev),
-                Shape::from((nb, rows)),
-            ));
-        }
-        if let Some(out) = tc_panel::twin(&dev, &tiling, &wv, &xv, rows, cols, nb, o)? {
-            return Ok((
-                CudaStorage::wrap_cuda_slice(out, dev),
-                Shape::from((nb, rows)),
-            ));
+        #[cfg(feature = "experimental-kernels")]
+        {
+            let wg = tc_wg::twin(&dev, &tiling, &wv, &xv, rows, cols, nb, o)?;
+            let out = match wg {
+                Some(out) => Some(out),
+                None => tc_panel::twin(&dev, &tiling, &wv, &xv, rows, cols, nb, o)?,
+            };
+            if let Some(out) = out {
+                return Ok((
+                    CudaStorage::wrap_cuda_slice(out, dev),
+                    Shape::from((nb, rows)),
+                ));
+            }
         }
         let streamed = if o.streaming {
             stream_config(&dev, &tiling, true, rows, nb)?

@@ -77,6 +77,7 @@ impl TcTiling {
     }
 
     /// Items of a row group: its chunks times the items of a chunk.
+    #[cfg(feature = "experimental-kernels")]
     pub(crate) fn items_per_group(&self) -> usize {
         self.items_per_group
     }
