@@ -7,9 +7,110 @@
 //! The library never reads the environment. A program that wants the `DF11_*` variables passes
 //! them in: `Df11Options::from_vars(|name| std::env::var(name).ok())`.
 
-use crate::cuda::matmul::MatmulPath;
-use crate::cuda::packed::ExponentForm;
-use crate::cuda::tile_order::TileMembers;
+/// How linear layers multiply on CUDA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatmulPath {
+    /// Fused kernel up to [`FUSED_MAX_ROWS`](crate::cuda::matmul::FUSED_MAX_ROWS) rows, decode + cuBLAS above.
+    Auto,
+    /// Fused kernel (twin for dense weights) at every batch size it supports (up to
+    /// [`FUSED_LIMIT_ROWS`](crate::cuda::matmul::FUSED_LIMIT_ROWS) rows per launch; larger batches are split into launches).
+    Fused,
+    /// Always decode into a BF16 buffer (dense weights: as they are) and call cuBLAS.
+    Decode,
+}
+
+impl std::str::FromStr for MatmulPath {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        pick(
+            "matmul path",
+            s,
+            &[
+                ("auto", Self::Auto),
+                ("fused", Self::Fused),
+                ("decode", Self::Decode),
+                ("cublas", Self::Decode),
+            ],
+        )
+    }
+}
+
+/// How a unit's exponents are kept on a CUDA device (the CPU path always keeps the DF11 stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExponentForm {
+    /// Packed where it [fits](crate::PackedExponents::fits) and the members allow it, else Huffman.
+    Auto,
+    /// Packed wherever the members allow it, whatever its size.
+    Packed,
+    /// The DF11 Huffman stream with its segment index.
+    Huffman,
+}
+
+impl std::str::FromStr for ExponentForm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        pick(
+            "exponent form",
+            s,
+            &[
+                ("auto", Self::Auto),
+                ("packed", Self::Packed),
+                ("huffman", Self::Huffman),
+            ],
+        )
+    }
+}
+
+/// Which members units store in the tile order, of those whose shapes they are given
+/// ([`crate::Df11Options::tiles`]; `on`, the default, `all` or `off`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TileMembers {
+    /// Members whose columns are whole 2048-column chunks (`on`): the shapes the streaming
+    /// kernels (`kernels/df11_tc_stream.cu`) take, the fastest DF11 products from 1 to 16 rows
+    /// (docs/PERFORMANCE.md); the products of those widths take the tensor-core kernels from 1
+    /// row. Other members stay in row order, where 1-2 rows take the CUDA-core kernels.
+    Chunked,
+    /// Every shape the tensor-core kernels take (`all`; tests and measurements): members wider
+    /// than whole chunks then take `df11_tc.cu` from 1 row, slower at 1-2 rows than the
+    /// CUDA-core kernels on row order.
+    All,
+    /// None (`off`): every member in row order.
+    Off,
+}
+
+impl std::str::FromStr for TileMembers {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        pick(
+            "tile setting",
+            s,
+            &[
+                ("on", Self::Chunked),
+                ("all", Self::All),
+                ("off", Self::Off),
+            ],
+        )
+    }
+}
+
+impl TileMembers {
+    /// Whether this policy tiles members `cols` wide (their other conditions aside:
+    /// [`crate::TileOrder::for_member`]).
+    pub fn tiles(self, cols: usize) -> bool {
+        match self {
+            Self::Chunked => cols > 0 && cols.is_multiple_of(2048),
+            Self::All => true,
+            Self::Off => false,
+        }
+    }
+
+    /// [`Self::tiles`] for widths of whole 2048-column chunks only: the products the streaming
+    /// kernels take (stacked projections, their item split). A product over such a width plans
+    /// for tiled members (the tensor-core kernels from 1 row), DF11 and BF16 alike.
+    pub fn tiles_whole_chunks(self, cols: usize) -> bool {
+        cols > 0 && cols.is_multiple_of(2048) && self.tiles(cols)
+    }
+}
 
 /// When the warpgroup (wgmma) tensor-core kernels take a product (`kernels/df11_tc_wg.cu`,
 /// `sm_90a` builds on compute capability 9.0 GPUs; measured slower than decode + cuBLAS above

@@ -10,7 +10,27 @@
 use candle_core::{Device, Tensor};
 
 use crate::error::Result;
-use crate::model::SplitCopy;
+
+/// How a split model's activations cross between GPUs ([`hand_over`]; a field of
+/// [`crate::DecodeOptions`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitCopy {
+    /// A peer copy on the receiving device's stream, ordered by events (`DF11_PEER_COPY`); off,
+    /// candle's copy through the host (diagnosis).
+    pub peer: bool,
+    /// The host also waits for both devices around each copy (`DF11_SPLIT_SYNC`; diagnosis: no
+    /// work of one device then overlaps the other's across the boundary).
+    pub host_sync: bool,
+}
+
+impl Default for SplitCopy {
+    fn default() -> Self {
+        Self {
+            peer: true,
+            host_sync: false,
+        }
+    }
+}
 
 /// `t` on `device`: `t` itself when it is already there, else a contiguous copy.
 pub fn to_device(t: &Tensor, device: &Device) -> Result<Tensor> {

@@ -1,7 +1,9 @@
 //! How a [`super::DecoderModel`] runs: the maximum context, the CUDA graph, decode-ahead, the
 //! prompt's attention, the copies between the GPUs of a split ([`DecodeOptions`],
-//! [`PromptAttention`]). The library reads no environment variable: a program passes the
+//! [`PromptAttention`], [`SplitCopy`]). The library reads no environment variable: a program passes the
 //! `DF11_*` variables in through [`DecodeOptions::from_vars`].
+
+pub use crate::transfer::SplitCopy;
 
 /// The context a model gets when none is asked for (capped by the model's own maximum).
 pub const DEFAULT_MAX_CONTEXT: usize = 4096;
@@ -31,26 +33,6 @@ pub struct DecodeOptions {
     pub decode_ahead: bool,
     /// How a split model's activations cross between GPUs.
     pub split_copy: SplitCopy,
-}
-
-/// How a split model's activations cross between GPUs (`crate::transfer::hand_over`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SplitCopy {
-    /// A peer copy on the receiving device's stream, ordered by events (`DF11_PEER_COPY`); off,
-    /// candle's copy through the host (diagnosis).
-    pub peer: bool,
-    /// The host also waits for both devices around each copy (`DF11_SPLIT_SYNC`; diagnosis: no
-    /// work of one device then overlaps the other's across the boundary).
-    pub host_sync: bool,
-}
-
-impl Default for SplitCopy {
-    fn default() -> Self {
-        Self {
-            peer: true,
-            host_sync: false,
-        }
-    }
 }
 
 /// The variables [`DecodeOptions::from_vars`] reads, with their values (the default first).

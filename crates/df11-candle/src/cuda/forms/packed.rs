@@ -30,6 +30,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 pub use crate::cuda::exponent_walk::unit_exponents;
+pub use crate::options::ExponentForm;
 
 /// Elements per escape chunk (the GPU kernels' work item: 32 lanes x 8 passes x 8 elements).
 pub const CHUNK: usize = 2048;
@@ -43,32 +44,6 @@ pub const ESCAPE: u8 = 7;
 /// Largest packed size (codes, escapes and offsets, in bits per weight) that
 /// [`PackedExponents::fits`] accepts: with the 8 bits of `sign_mantissa`, at most 0.72x of BF16.
 pub const MAX_BITS_PER_WEIGHT: f64 = 3.52;
-
-/// How a unit's exponents are kept on a CUDA device (the CPU path always keeps the DF11 stream).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExponentForm {
-    /// Packed where it [fits](PackedExponents::fits) and the members allow it, else Huffman.
-    Auto,
-    /// Packed wherever the members allow it, whatever its size.
-    Packed,
-    /// The DF11 Huffman stream with its segment index.
-    Huffman,
-}
-
-impl std::str::FromStr for ExponentForm {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        crate::options::pick(
-            "exponent form",
-            s,
-            &[
-                ("auto", Self::Auto),
-                ("packed", Self::Packed),
-                ("huffman", Self::Huffman),
-            ],
-        )
-    }
-}
 
 /// A unit's exponents in the packed form (see the module documentation).
 #[derive(Debug, Clone)]

@@ -22,56 +22,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-/// Which members units store in the tile order, of those whose shapes they are given
-/// ([`crate::Df11Options::tiles`]; `on`, the default, `all` or `off`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TileMembers {
-    /// Members whose columns are whole 2048-column chunks (`on`): the shapes the streaming
-    /// kernels (`kernels/df11_tc_stream.cu`) take, the fastest DF11 products from 1 to 16 rows
-    /// (docs/PERFORMANCE.md); the products of those widths take the tensor-core kernels from 1
-    /// row. Other members stay in row order, where 1-2 rows take the CUDA-core kernels.
-    Chunked,
-    /// Every shape the tensor-core kernels take (`all`; tests and measurements): members wider
-    /// than whole chunks then take `df11_tc.cu` from 1 row, slower at 1-2 rows than the
-    /// CUDA-core kernels on row order.
-    All,
-    /// None (`off`): every member in row order.
-    Off,
-}
-
-impl std::str::FromStr for TileMembers {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        crate::options::pick(
-            "tile setting",
-            s,
-            &[
-                ("on", Self::Chunked),
-                ("all", Self::All),
-                ("off", Self::Off),
-            ],
-        )
-    }
-}
-
-impl TileMembers {
-    /// Whether this policy tiles members `cols` wide (their other conditions aside:
-    /// [`TileOrder::for_member`]).
-    pub fn tiles(self, cols: usize) -> bool {
-        match self {
-            Self::Chunked => cols > 0 && cols.is_multiple_of(2048),
-            Self::All => true,
-            Self::Off => false,
-        }
-    }
-
-    /// [`Self::tiles`] for widths of whole 2048-column chunks only: the products the streaming
-    /// kernels take (stacked projections, their item split). A product over such a width plans
-    /// for tiled members (the tensor-core kernels from 1 row), DF11 and BF16 alike.
-    pub fn tiles_whole_chunks(self, cols: usize) -> bool {
-        cols > 0 && cols.is_multiple_of(2048) && self.tiles(cols)
-    }
-}
+pub use crate::options::TileMembers;
 
 /// Most members a unit with a tiled member may have (`DP_MEMBERS` of `kernels/df11_packed.cu`:
 /// the tiled decode keeps every member's bounds in shared memory). Larger units stay row-major.

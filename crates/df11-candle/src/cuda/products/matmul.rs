@@ -20,35 +20,8 @@ use candle_core::Device;
 
 pub(crate) use crate::cuda::limits::tc_shape;
 pub use crate::cuda::limits::{FUSED_LIMIT_ROWS, TC_LIMIT_ROWS};
-use crate::options::{pick, Df11Options};
-
-/// How linear layers multiply on CUDA.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MatmulPath {
-    /// Fused kernel up to [`FUSED_MAX_ROWS`] rows, decode + cuBLAS above.
-    Auto,
-    /// Fused kernel (twin for dense weights) at every batch size it supports (up to
-    /// [`FUSED_LIMIT_ROWS`] rows per launch; larger batches are split into launches).
-    Fused,
-    /// Always decode into a BF16 buffer (dense weights: as they are) and call cuBLAS.
-    Decode,
-}
-
-impl std::str::FromStr for MatmulPath {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        pick(
-            "matmul path",
-            s,
-            &[
-                ("auto", Self::Auto),
-                ("fused", Self::Fused),
-                ("decode", Self::Decode),
-                ("cublas", Self::Decode),
-            ],
-        )
-    }
-}
+use crate::options::Df11Options;
+pub use crate::options::MatmulPath;
 
 /// Rows (tokens) up to which [`MatmulPath::Auto`] takes the fused kernel: the crossover measured
 /// on an H100 for the seven matrices of a Qwen3-8B layer (docs/PERFORMANCE.md, `gpu_bench`), for
