@@ -5,7 +5,8 @@ use candle_core::{DType, Device};
 use crate::error::{LlmError, Result};
 
 /// The compute dtype.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum ComputeDtype {
     /// bfloat16 (the default on CUDA).
     Bf16,

@@ -4,17 +4,29 @@
 //! `qwen3-df11`) implements [`Architecture`] by mapping its `config.json` to a [`ModelSpec`]
 //! (fused projections, biases, q/k norms, Gemma's norms, windows, RoPE, scales) and gets the
 //! rest for free: model source (local folder or Hugging Face Hub through the HF cache),
-//! tokenizer and chat template, the generation loop with sampling, the shared CLI flags
-//! ([`CommonArgs`]), the report, and the model tests ([`testing`]).
+//! tokenizer and chat template, the generation loop with sampling, the batching engine, and the
+//! report.
+//!
+//! # Features
+//!
+//! - `cuda`: the CUDA path (step kernels, CUDA graphs, placement over GPUs).
+//! - `cli`: the model programs' command line (`args`, `cli`: the shared flags, the `DF11_*`
+//!   variables read into [`df11_candle::Df11Options`] and [`DecodeOptions`], the run and chat
+//!   front ends).
+//! - `bench`: the end-to-end bench's measurement loop (`bench`).
+//! - `testing`: the shared model tests (`testing`, `model_tests!`) the model crates run.
 
 #![warn(missing_docs)]
 
 pub mod activation;
 pub mod app;
+#[cfg(feature = "cli")]
 pub mod args;
 pub mod attention;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod chat;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;
 pub mod decoder;
@@ -38,6 +50,7 @@ pub mod serving;
 pub mod source;
 pub mod spec;
 pub mod step;
+#[cfg(feature = "testing")]
 pub mod testing;
 pub mod text_config;
 pub mod tie;
@@ -45,12 +58,14 @@ pub mod tokenizer;
 pub mod transfer;
 
 pub use app::{load, load_any, load_arch, ArchInfo, Architecture, LoadOptions, Loaded};
+#[cfg(feature = "cli")]
 pub use args::{parse_args, CommonArgs, ComputeDtype, ModelArgs};
 pub use attention::{
     attention, causal_mask, decoder_mask, last_position, merge_heads, softcap,
     softcapped_attention, split_heads,
 };
 pub use chat::{ChatTemplate, Message};
+#[cfg(feature = "cli")]
 pub use cli::{conversation_ids, prompt_ids, run, run_archs, sampling_params};
 pub use config::{GenerationDefaults, ModelConfig, RopeConfig};
 pub use decoder::{DecoderLayer, EagerAt, GatedMlp, SelfAttention};
