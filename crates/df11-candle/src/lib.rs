@@ -114,8 +114,6 @@ pub mod tuning;
 // The modules by their former flat paths (`df11_candle::decode`, `df11_candle::unit`, ...), so
 // code written against them keeps compiling.
 pub use codec::{compress, decode, encode, huffman, verify};
-#[cfg(feature = "cuda")]
-pub use cuda::llm_ops as ops;
 pub use cuda::{matmul, packed, segments};
 pub use format::{config, model, patterns, safetensors_index, unit};
 pub use nn::{backend, group, linear, weights};

@@ -311,19 +311,18 @@ impl Df11Options {
     }
 }
 
-/// `value` among `names` (first names first), or an error listing them.
+/// `value` among `names`, or an error listing them: "unknown {what} `{value}` (expected a, b or
+/// c)".
 pub(crate) fn pick<T: Copy>(what: &str, value: &str, names: &[(&str, T)]) -> Result<T, String> {
-    names
-        .iter()
-        .find(|(n, _)| *n == value)
-        .map(|&(_, v)| v)
-        .ok_or_else(|| {
-            let listed: Vec<&str> = names.iter().map(|(n, _)| *n).collect();
-            format!(
-                "{what}: unknown value `{value}` (expected {})",
-                listed.join(", ")
-            )
-        })
+    if let Some(&(_, v)) = names.iter().find(|(n, _)| *n == value) {
+        return Ok(v);
+    }
+    let listed: Vec<&str> = names.iter().map(|(n, _)| *n).collect();
+    let expected = match listed.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => listed.concat(),
+    };
+    Err(format!("unknown {what} `{value}` (expected {expected})"))
 }
 
 fn parse_switch(what: &str, value: &str) -> Result<bool, String> {

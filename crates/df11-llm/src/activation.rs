@@ -1,5 +1,5 @@
 //! The gated MLP's activation, `act(gate) * up`: SiLU (one fused launch for BF16 on CUDA,
-//! `df11_candle::ops::silu_mul_bf16`, candle's ops elsewhere) or GELU-tanh computed in f32.
+//! `crate::ops::silu_mul_bf16`, candle's ops elsewhere) or GELU-tanh computed in f32.
 
 use candle_core::{DType, Tensor};
 
@@ -28,7 +28,7 @@ pub fn gelu_tanh_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
 pub fn silu_mul(gate: &Tensor, up: &Tensor, pdl: bool) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
     if gate.device().is_cuda() && gate.dtype() == DType::BF16 && up.dtype() == gate.dtype() {
-        return Ok(df11_candle::ops::silu_mul_bf16(gate, up, pdl)?);
+        return Ok(crate::ops::silu_mul_bf16(gate, up, pdl)?);
     }
     #[cfg(not(feature = "cuda"))]
     let _ = pdl;

@@ -85,7 +85,7 @@ pub fn attention(
     #[cfg(feature = "cuda")]
     if mask.is_none() && q.device().is_cuda() && dtype == DType::BF16 {
         let scores = q.matmul(&k.transpose(2, 3)?)?;
-        let probs = df11_candle::ops::softmax_scaled_bf16(&scores, scale as f32, pdl)?;
+        let probs = crate::ops::softmax_scaled_bf16(&scores, scale as f32, pdl)?;
         return Ok(probs
             .matmul(v)?
             .reshape((b, heads, q_len, head_dim))?
@@ -212,7 +212,7 @@ mod tests {
                 .to_dtype(DType::BF16)
                 .unwrap();
             let got: Vec<Vec<bf16>> =
-                df11_candle::ops::softmax_scaled_bf16(&x.to_device(&dev).unwrap(), 0.3, true)
+                crate::ops::softmax_scaled_bf16(&x.to_device(&dev).unwrap(), 0.3, true)
                     .unwrap()
                     .to_vec2()
                     .unwrap();

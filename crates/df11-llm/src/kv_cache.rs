@@ -3,7 +3,7 @@
 //! lives at `[., slot, h, p, :]`. Nothing is copied or reallocated while a sequence grows: eager
 //! passes write their new positions in place ([`KvCache::write`]) and read views
 //! ([`KvCache::read`]); the CUDA decode step's kernels read and write the buffer directly
-//! (`df11_candle::ops::{qk_norm_rope_kv, flash_decode}`), at positions held on the device.
+//! (`crate::ops::{qk_norm_rope_kv, flash_decode}`), at positions held on the device.
 
 use candle_core::{CpuStorage, DType, Device, InplaceOp3, Layout, Tensor, WithDType};
 

@@ -41,6 +41,8 @@ pub mod kv_cache;
 pub mod memory;
 pub mod model;
 pub mod norm;
+#[cfg(feature = "cuda")]
+pub mod ops;
 pub mod placement;
 pub mod progress;
 pub mod report;

@@ -108,7 +108,7 @@ impl Module for RmsNorm {
         // CUDA, BF16: the same formula in one launch instead of four.
         #[cfg(feature = "cuda")]
         if x.device().is_cuda() && x.dtype() == DType::BF16 && self.weight.dtype() == DType::BF16 {
-            return df11_candle::ops::rms_norm_bf16(&x, &self.weight, self.eps, self.pdl);
+            return crate::ops::rms_norm_bf16(&x, &self.weight, self.eps, self.pdl);
         }
         if x.dtype() == DType::F32 && self.weight.dtype() == DType::F32 {
             // One rounding either way: the fused kernel computes x * r * w in f32.

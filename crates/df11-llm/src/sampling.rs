@@ -10,12 +10,12 @@ use crate::error::Result;
 /// The greedy token of each row of `logits` (`[..., vocab]`, any float dtype): the index of the
 /// largest value, as `torch.argmax` picks it (NaN above every number, -0 equal to +0, the first
 /// index among equal values). On CUDA in BF16 or F32, one kernel on the device and a copy of
-/// the indices (`df11_candle::ops::argmax_last_dim`); elsewhere the same rule on the host.
+/// the indices (`crate::ops::argmax_last_dim`); elsewhere the same rule on the host.
 pub fn greedy_tokens(logits: &Tensor) -> Result<Vec<u32>> {
     #[cfg(feature = "cuda")]
     if logits.device().is_cuda() && matches!(logits.dtype(), DType::BF16 | DType::F32) {
         // A plain launch (no PDL): the host waits for its result at once.
-        return Ok(df11_candle::ops::argmax_last_dim(logits, false)?
+        return Ok(crate::ops::argmax_last_dim(logits, false)?
             .flatten_all()?
             .to_vec1::<u32>()?);
     }

@@ -106,8 +106,7 @@ pub fn add_norm(x: Tensor, pending: Option<Tensor>, norm: &RmsNorm) -> Result<(T
         && norm.weight().dtype() == x.dtype()
         && x.is_contiguous()
     {
-        let normed =
-            df11_candle::ops::add_rms_norm_bf16(&x, &h, norm.weight(), norm.eps(), norm.pdl())?;
+        let normed = crate::ops::add_rms_norm_bf16(&x, &h, norm.weight(), norm.eps(), norm.pdl())?;
         return Ok((x, normed));
     }
     let x = (x + h)?;

@@ -8,7 +8,7 @@ mod common;
 
 use candle_core::{DType, Device, Tensor};
 use common::{cuda, f32s, randn, seed, Rng};
-use df11_candle::ops::{prefill_attention, PromptAt};
+use df11_llm::ops::{prefill_attention, PromptAt};
 use half::bf16;
 
 /// `x` rounded to BF16.

@@ -10,7 +10,7 @@ mod common;
 
 use candle_core::{DType, Device, IndexOp, Module, Tensor};
 use common::{cuda, f32s, randn, seed, Rng};
-use df11_candle::ops::{add_rms_norm_bf16, flash_decode, qk_norm_rope_kv, HeadNorm};
+use df11_llm::ops::{add_rms_norm_bf16, flash_decode, qk_norm_rope_kv, HeadNorm};
 use df11_llm::{apply_rope, default_inv_freq, RmsNorm, RotaryEmbedding};
 use half::bf16;
 
@@ -261,13 +261,13 @@ fn add_rms_norm_equals_add_then_norm_bit_for_bit() {
         let residual = x.copy().unwrap();
         let normed = add_rms_norm_bf16(&residual, &h, &w, 1e-6, true).unwrap();
         let sum = (&x + &h).unwrap();
-        let want = df11_candle::ops::rms_norm_bf16(&sum, &w, 1e-6, true).unwrap();
+        let want = df11_llm::ops::rms_norm_bf16(&sum, &w, 1e-6, true).unwrap();
         assert_eq!(f32s(&residual), f32s(&sum), "residual {rows}x{n}");
         assert_eq!(f32s(&normed), f32s(&want), "normed {rows}x{n}");
     }
 }
 
-/// The greedy token on the device (`df11_candle::ops::argmax_last_dim`, through
+/// The greedy token on the device (`df11_llm::ops::argmax_last_dim`, through
 /// `df11_llm::greedy_tokens`) equals the host's rule (first maximum, NaN on top, -0 == +0) on
 /// random logits full of ties, with NaN, zeros of both signs and infinities planted: BF16 and
 /// F32, vector and scalar paths (vocabularies that are and are not multiples of 8), several rows,

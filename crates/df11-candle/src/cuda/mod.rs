@@ -1,4 +1,4 @@
-//! The GPU side: the device forms of a unit and every kernel's launch code, in four rooms.
+//! The GPU side: the device forms of a unit and every kernel's launch code, in three rooms.
 //!
 //! - `forms`: what a unit keeps on a device, every form a lossless re-arrangement of what the
 //!   DF11 files hold: [`packed`] (fixed 3-bit exponent codes per member plus a lane-major escape
@@ -13,30 +13,24 @@
 //!   (CUDA-core fused GEMV over the Huffman form, `df11_fused.cu`), `twin` (their BF16 twins),
 //!   `tc` (tensor-core products over packed exponents and their twin, `df11_tc.cu`,
 //!   `df11_tc_stream.cu`; `tc/tiling.rs` fixes the summation order), `tc_panel` and `tc_wg`
-//!   (panel and warpgroup kernels, off by default), `packed_kernels` (fused and decode kernels
+//!   (panel and warpgroup kernels, off by default, with the `experimental-kernels` feature), `packed_kernels` (fused and decode kernels
 //!   over packed exponents, `df11_packed.cu`).
-//! - `llm` (with `cuda`): the models' step kernels: `llm_ops` (RMSNorm, softmax, gated MLP),
-//!   `decode_step` (q/k norm + RoPE + KV write, flash-decoding, add + RMSNorm),
-//!   `prefill_attention` (a prompt's causal flash attention).
 //! - `runtime`: what every launch shares: `launch` (grid sizing, argument checks, the
 //!   CUDA-only op wrapper, `push_args!`), `module` (our kernels' fatbins, loaded once per
 //!   context), `pdl` (programmatic dependent launches, sm_90+), `streams` (one stream waiting
-//!   for another's work).
+//!   for another's work). Public: df11-llm launches the models' step kernels (`df11_llm::ops`)
+//!   on it.
 //!
 //! Each module keeps its plain path (`crate::cuda::launch`, `df11_candle::cuda::packed`) through
 //! the re-exports below. The kernels' contracts are in `kernels/README.md`.
 
 pub(crate) mod forms;
-#[cfg(feature = "cuda")]
-pub(crate) mod llm;
 pub(crate) mod products;
 pub(crate) mod runtime;
 
 // The modules by their plain names (`crate::cuda::launch`, `df11_candle::cuda::packed`, ...):
 // each keeps the visibility its room gives it.
 pub use forms::*;
-#[cfg(feature = "cuda")]
-pub use llm::*;
 pub use products::*;
 #[cfg(feature = "cuda")]
 pub use runtime::*;

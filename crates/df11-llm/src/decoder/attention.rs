@@ -181,13 +181,13 @@ impl SelfAttention {
             // [rows * seq, heads, d]: one query per token, each over its own prefix.
             let q = self.queries_in_place(x, &ctx, kv)?;
             let out = if flash {
-                let prompt = df11_candle::ops::PromptAt {
+                let prompt = crate::ops::PromptAt {
                     rows,
                     seq,
                     first_slot,
                     start,
                 };
-                df11_candle::ops::prefill_attention(
+                crate::ops::prefill_attention(
                     &q,
                     kv.tensor(),
                     prompt,
@@ -256,7 +256,7 @@ impl SelfAttention {
         ctx: &crate::step::StepCtx<'_>,
         kv: &KvCache,
     ) -> Result<Tensor> {
-        use df11_candle::ops::{qk_norm_rope_kv, HeadNorm};
+        use crate::ops::{qk_norm_rope_kv, HeadNorm};
         let (q, k, v) = self.project_rows(x)?;
         let one_plus = self.norm == crate::spec::NormKind::OnePlusWeight;
         let norms = self.head_norms_f32.as_ref().map(|(qw, kw)| {
@@ -298,7 +298,7 @@ impl SelfAttention {
         kv: &KvCache,
         ctx: &crate::step::StepCtx<'_>,
     ) -> Result<Tensor> {
-        Ok(df11_candle::ops::flash_decode(
+        Ok(crate::ops::flash_decode(
             q,
             kv.tensor(),
             ctx.positions,

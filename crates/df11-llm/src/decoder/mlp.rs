@@ -96,7 +96,7 @@ impl GatedMlp {
         {
             if x.device().is_cuda() && x.dtype() == candle_core::DType::BF16 {
                 let both = gate_up.forward(x)?;
-                let act = df11_candle::ops::silu_mul_halves_bf16(&both, self.pdl)?;
+                let act = crate::ops::silu_mul_halves_bf16(&both, self.pdl)?;
                 return Ok(self.down_proj.forward(&act)?);
             }
         }

@@ -154,7 +154,7 @@ impl DecoderModel {
                         .placement
                         .segments()
                         .iter()
-                        .all(|s| df11_candle::ops::prefill_attention_runs(&s.device, d)) =>
+                        .all(|s| crate::ops::prefill_attention_runs(&s.device, d)) =>
                 {
                     PromptAttention::Flash
                 }

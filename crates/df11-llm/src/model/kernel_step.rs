@@ -34,7 +34,7 @@ impl DecoderModel {
         let caches = self.caches.as_ref().expect("caches are allocated first");
         let d = &self.spec.decoder;
         let groups = d.num_attention_heads / d.num_key_value_heads;
-        Ok(df11_candle::ops::flash_decode_splits(
+        Ok(crate::ops::flash_decode_splits(
             device.as_cuda_device()?,
             rows,
             d.num_key_value_heads,

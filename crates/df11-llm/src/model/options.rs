@@ -67,9 +67,7 @@ impl DecodeOptions {
         let switch = |name: &str, value: &str| match value {
             "on" | "1" | "true" => Ok(true),
             "off" | "0" | "false" => Ok(false),
-            _ => Err(format!(
-                "{name}: unknown value `{value}` (expected on, off)"
-            )),
+            _ => Err(format!("unknown {name} `{value}` (expected on or off)")),
         };
         for &(name, _) in VARIABLES {
             let Some(value) = get(name) else { continue };
@@ -84,7 +82,7 @@ impl DecodeOptions {
                         "flash-decoding" => PromptAttention::FlashDecoding,
                         _ => {
                             return Err(format!(
-                                "{name}: unknown value `{value}` (expected flash, matmul, \
+                                "unknown {name} `{value}` (expected flash, matmul or \
                                  flash-decoding)"
                             ))
                         }
@@ -112,7 +110,7 @@ pub enum PromptAttention {
     /// compute-sanitizer's initcheck (blind to cuBLAS's writes on Hopper) checks every kernel
     /// of a model (docs/RELIABILITY.md).
     FlashDecoding,
-    /// The causal flash-attention kernel over the cache (`df11_candle::ops::prefill_attention`:
+    /// The causal flash-attention kernel over the cache (`crate::ops::prefill_attention`:
     /// tensor cores, online softmax, the query heads of a kv head sharing its tiles), with q/k
     /// norm + RoPE + cache write in one launch before it.
     Flash,

@@ -16,39 +16,43 @@ use crate::cuda::limits::FUSED_LIMIT_ROWS;
 use crate::cuda::module::{fatbin_module, Module};
 
 /// What a CUDA op returns: its output and the output's shape.
-pub(crate) type CudaOut = candle_core::Result<(CudaStorage, Shape)>;
+pub type CudaOut = candle_core::Result<(CudaStorage, Shape)>;
 
 /// A custom op of one tensor that runs on CUDA only; `cuda_only_op!(CustomOp1 for T)` makes it
 /// candle's `CustomOp1` (a `CustomOp1` cannot be implemented for every such `T` at once: the
 /// orphan rule).
-pub(crate) trait CudaOp1 {
+pub trait CudaOp1 {
     /// candle's name of the op.
     const NAME: &'static str;
     /// What the op is called in its refusal on the CPU: "{WHAT} runs on CUDA only".
     const WHAT: &'static str;
 
+    /// The op on its CUDA input.
     fn cuda(&self, s: &CudaStorage, l: &Layout) -> CudaOut;
 }
 
 /// A custom op of two tensors that runs on CUDA only, as [`CudaOp1`] (`cuda_only_op!(CustomOp2
 /// for T)`).
-pub(crate) trait CudaOp2 {
+pub trait CudaOp2 {
     /// candle's name of the op.
     const NAME: &'static str;
     /// What the op is called in its refusal on the CPU: "{WHAT} runs on CUDA only".
     const WHAT: &'static str;
 
+    /// The op on its CUDA inputs.
     fn cuda(&self, s1: &CudaStorage, l1: &Layout, s2: &CudaStorage, l2: &Layout) -> CudaOut;
 }
 
 /// The error of a CUDA-only op run on the CPU.
-pub(crate) fn cpu_refusal(what: &str) -> candle_core::Result<(CpuStorage, Shape)> {
+pub fn cpu_refusal(what: &str) -> candle_core::Result<(CpuStorage, Shape)> {
     candle_core::bail!("{what} runs on CUDA only")
 }
 
 /// Implements candle's `CustomOp1` (`CustomOp2`) for a [`CudaOp1`] ([`CudaOp2`]): its name, a
 /// `cpu_fwd` that refuses, and its `cuda` as `cuda_fwd`.
-macro_rules! cuda_only_op {
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __df11_cuda_only_op {
     (CustomOp1 for $t:ty) => {
         $crate::cuda::launch::cuda_only_op!(CustomOp1, CudaOp1, $t, s1 l1);
     };
@@ -78,17 +82,21 @@ macro_rules! cuda_only_op {
         }
     };
 }
-pub(crate) use cuda_only_op;
+#[doc(inline)]
+pub use __df11_cuda_only_op as cuda_only_op;
 
 /// Pushes a kernel's arguments in order: `push_args!(b; &x, &y)` is `b.arg(&x); b.arg(&y);`.
 /// Call sites group them as the kernel's signature in `kernels/*.cu` does, several a line (the
 /// `;` keeps rustfmt from putting each on a line of its own).
-macro_rules! push_args {
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __df11_push_args {
     ($b:ident; $($arg:expr),+ $(,)?) => {{
         $($b.arg($arg);)+
     }};
 }
-pub(crate) use push_args;
+#[doc(inline)]
+pub use __df11_push_args as push_args;
 
 /// The module of `kernels/df11_fused.cu` (the fused, packed-fused and twin kernels live in it).
 pub(crate) const MODULE: Module = fatbin_module!("df11_fused");
@@ -372,7 +380,7 @@ pub(crate) fn check_gemv_call(
 /// A kernel's output buffer of `len` BF16 values, every one of which the kernel writes; an
 /// empty output is one zeroed value (candle needs a buffer, and a copy of it to the host must
 /// not read memory nobody wrote: compute-sanitizer's initcheck).
-pub(crate) fn alloc_out(
+pub fn alloc_out(
     dev: &candle_core::cuda_backend::CudaDevice,
     len: usize,
 ) -> candle_core::Result<candle_core::cuda_backend::cudarc::driver::CudaSlice<half::bf16>> {

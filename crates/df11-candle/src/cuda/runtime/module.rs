@@ -26,13 +26,15 @@ enum Image {
 
 /// One module of kernels: its name (unique among our modules) and its code.
 #[derive(Clone, Copy)]
-pub(crate) struct Module {
+pub struct Module {
     name: &'static str,
     image: Image,
 }
 
 /// The module built from `kernels/<name>.cu` (the build script's fatbin).
-macro_rules! fatbin_module {
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __df11_fatbin_module {
     ($name:literal) => {
         $crate::cuda::module::Module::fatbin(
             $name,
@@ -40,7 +42,8 @@ macro_rules! fatbin_module {
         )
     };
 }
-pub(crate) use fatbin_module;
+#[doc(inline)]
+pub use __df11_fatbin_module as fatbin_module;
 
 /// Loaded modules by CUDA context and module name. Never emptied: a module lives as long as the
 /// process, as candle's do per device.
@@ -49,7 +52,7 @@ static LOADED: Mutex<Option<Loaded>> = Mutex::new(None);
 
 impl Module {
     /// A module from a fatbin image.
-    pub(crate) const fn fatbin(name: &'static str, image: &'static [u8]) -> Self {
+    pub const fn fatbin(name: &'static str, image: &'static [u8]) -> Self {
         Self {
             name,
             image: Image::Fatbin(image),
@@ -57,12 +60,12 @@ impl Module {
     }
 
     /// The module's name (its kernels file, or the name an override was given).
-    pub(crate) const fn name(&self) -> &'static str {
+    pub const fn name(&self) -> &'static str {
         self.name
     }
 
     /// A module from PTX text.
-    pub(crate) const fn ptx(name: &'static str, text: &'static str) -> Self {
+    pub const fn ptx(name: &'static str, text: &'static str) -> Self {
         Self {
             name,
             image: Image::Ptx(text),
@@ -71,7 +74,7 @@ impl Module {
 
     /// Kernel `kernel` of this module, for launches on `dev`'s stream (the module is loaded
     /// into `dev`'s context at its first use there).
-    pub(crate) fn func(&self, dev: &CudaDevice, kernel: &str) -> candle_core::Result<Kernel> {
+    pub fn func(&self, dev: &CudaDevice, kernel: &str) -> candle_core::Result<Kernel> {
         let stream = dev.cuda_stream();
         let ctx = stream.context();
         let key = (ctx.cu_ctx() as usize, self.name);
@@ -98,14 +101,14 @@ impl Module {
 }
 
 /// A kernel and the stream it is launched on.
-pub(crate) struct Kernel {
+pub struct Kernel {
     func: CudaFunction,
     stream: Arc<CudaStream>,
 }
 
 impl Kernel {
     /// A launch of the kernel on its stream.
-    pub(crate) fn builder(&self) -> LaunchArgs<'_> {
+    pub fn builder(&self) -> LaunchArgs<'_> {
         self.stream.launch_builder(&self.func)
     }
 }

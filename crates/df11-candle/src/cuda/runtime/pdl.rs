@@ -58,7 +58,7 @@ const fn ptx_cap_at_least_90(cap: &str) -> bool {
 
 /// Whether launches on `dev` may use PDL (see the module docs) where the caller wants it
 /// (`wanted`: [`crate::Df11Options::pdl`]).
-pub(crate) fn available(dev: &CudaDevice, wanted: bool) -> candle_core::Result<bool> {
+pub fn available(dev: &CudaDevice, wanted: bool) -> candle_core::Result<bool> {
     if !wanted || !KERNELS_WAIT {
         return Ok(false);
     }
@@ -75,7 +75,7 @@ pub(crate) fn available(dev: &CudaDevice, wanted: bool) -> candle_core::Result<b
 /// A kernel's parameters for [`launch`]: pointers to the values, in the kernel's order. Device
 /// buffers are held as their device addresses (boxed, so the pointers stay put while the list
 /// grows); scalars are borrowed for the launch's lifetime.
-pub(crate) struct RawArgs<'a> {
+pub struct RawArgs<'a> {
     stream: &'a CudaStream,
     // Boxed on purpose: `params` points at each address, which must not move as the list grows.
     #[allow(clippy::vec_box)]
@@ -86,7 +86,7 @@ pub(crate) struct RawArgs<'a> {
 
 impl<'a> RawArgs<'a> {
     /// An empty list for a launch on `stream`.
-    pub(crate) fn new(stream: &'a CudaStream) -> Self {
+    pub fn new(stream: &'a CudaStream) -> Self {
         Self {
             stream,
             addresses: Vec::new(),
@@ -96,13 +96,13 @@ impl<'a> RawArgs<'a> {
     }
 
     /// A scalar parameter.
-    pub(crate) fn scalar<T: DeviceRepr>(&mut self, v: &'a T) -> &mut Self {
+    pub fn scalar<T: DeviceRepr>(&mut self, v: &'a T) -> &mut Self {
         self.params.push(v as *const T as *mut c_void);
         self
     }
 
     /// A device buffer parameter (its address).
-    pub(crate) fn buffer<T, B: DevicePtr<T>>(&mut self, b: &'a B) -> &mut Self {
+    pub fn buffer<T, B: DevicePtr<T>>(&mut self, b: &'a B) -> &mut Self {
         // Event tracking is off (`available`), so the guard records nothing.
         let (ptr, _guard) = b.device_ptr(self.stream);
         let boxed = Box::new(ptr);
@@ -115,7 +115,7 @@ impl<'a> RawArgs<'a> {
 
 /// A kernel argument [`launch_kernel!`] can pass either way: a device buffer (by its address)
 /// or a scalar.
-pub(crate) trait KernelArg {
+pub trait KernelArg {
     /// Appends the argument to `args`.
     fn push_to<'a>(&'a self, args: &mut RawArgs<'a>);
 }
@@ -154,7 +154,9 @@ scalar_kernel_arg!(i32, u32, i64, u64, f32);
 /// `candle_core::Result<()>`; unsafe as any launch (the caller's SAFETY note covers both ways),
 /// and the kernel must call `griddepcontrol.wait` (`kernels/llm_common.cuh`) before it reads or
 /// writes anything another kernel writes.
-macro_rules! launch_kernel {
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __df11_launch_kernel {
     ($dev:expr, $pdl:expr, $func:expr, $cfg:expr; $($arg:expr),+ $(,)?) => {{
         if $crate::cuda::pdl::available(&$dev, $pdl)? {
             let stream = $dev.cuda_stream();
@@ -168,7 +170,8 @@ macro_rules! launch_kernel {
         }
     }};
 }
-pub(crate) use launch_kernel;
+#[doc(inline)]
+pub use __df11_launch_kernel as launch_kernel;
 
 /// Launches `func` on the args' stream with the programmatic-stream-serialization attribute.
 ///
@@ -176,7 +179,7 @@ pub(crate) use launch_kernel;
 /// As for any kernel launch: `args` must match the kernel's parameters in number, order and
 /// type, and the kernel must read or write nothing the previous kernel on the stream writes
 /// before its `griddepcontrol.wait`.
-pub(crate) unsafe fn launch(
+pub unsafe fn launch(
     func: &CudaFunction,
     cfg: LaunchConfig,
     args: &mut RawArgs<'_>,
@@ -190,7 +193,7 @@ pub(crate) unsafe fn launch(
 ///
 /// # Safety
 /// As for [`launch`].
-pub(crate) unsafe fn launch_maybe(
+pub unsafe fn launch_maybe(
     func: &CudaFunction,
     cfg: LaunchConfig,
     args: &mut RawArgs<'_>,

@@ -6,7 +6,7 @@
 //!
 //! Shapes and dtypes are checked before any launch; the kernels clamp each position and slot
 //! they read to the cache, so a bad value cannot reach memory outside it. `pdl` arguments are
-//! as in [`crate::cuda::llm_ops`].
+//! as in [`super::llm_ops`].
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
@@ -15,8 +15,8 @@ use candle_core::op::BackpropOp;
 use candle_core::{CudaStorage, DType, Layout, Storage, Tensor};
 use half::bf16;
 
-use crate::cuda::module::{fatbin_module, Module};
-use crate::cuda::pdl::launch_kernel;
+use df11_candle::cuda::module::{fatbin_module, Module};
+use df11_candle::cuda::pdl::launch_kernel;
 
 const MODULE: Module = fatbin_module!("decode_step");
 const FD_THREADS: usize = 128;
@@ -125,7 +125,7 @@ pub struct HeadNorm<'a> {
 /// `[rows, rot/2]` BF16, indexed by each row's position), `k` and `v` written into the cache `kv`
 /// at each row's `(slot, position)`. `q`, `k`, `v`: `[B, heads*D]` / `[B, kv_heads*D]` rows
 /// (views into one fused qkv output allowed); `positions`, `slots`: `[B]` u32 on the device.
-/// Returns the queries, `[B, heads, D]`. `pdl`: see [`crate::cuda::llm_ops`].
+/// Returns the queries, `[B, heads, D]`. `pdl`: see [`super::llm_ops`].
 #[allow(clippy::too_many_arguments)]
 pub fn qk_norm_rope_kv(
     q: &Tensor,
@@ -371,7 +371,7 @@ pub fn flash_decode(
 
 /// The residual add and the next RMSNorm in one launch: `residual = bf16(residual + h)` in place,
 /// then returns `w * bf16(residual * rsqrt(mean(residual²) + eps))` (the arithmetic of
-/// [`crate::cuda::llm_ops::rms_norm_bf16`], bit for bit). `residual` must be a contiguous BF16 CUDA
+/// [`super::llm_ops::rms_norm_bf16`], bit for bit). `residual` must be a contiguous BF16 CUDA
 /// tensor that nothing else reads; `h` of its shape; `w` of its last dimension.
 pub fn add_rms_norm_bf16(
     residual: &Tensor,

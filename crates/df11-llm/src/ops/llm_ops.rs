@@ -3,7 +3,7 @@
 //! small launches, so their number, not their arithmetic, is what costs.
 //!
 //! Every op takes `pdl`: whether it may be launched as a programmatic dependent launch
-//! ([`crate::Df11Options::pdl`], `crate::cuda::pdl`); the result is the same bits either way.
+//! ([`df11_candle::Df11Options::pdl`], `df11_candle::cuda::pdl`); the result is the same bits either way.
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
@@ -11,9 +11,9 @@ use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaStorage, DType, Layout, Tensor};
 use half::bf16;
 
-use crate::cuda::launch::{cuda_only_op, CudaOp1, CudaOp2, CudaOut};
-use crate::cuda::module::{fatbin_module, Module};
-use crate::cuda::pdl::launch_kernel;
+use df11_candle::cuda::launch::{cuda_only_op, CudaOp1, CudaOp2, CudaOut};
+use df11_candle::cuda::module::{fatbin_module, Module};
+use df11_candle::cuda::pdl::launch_kernel;
 
 const MODULE: Module = fatbin_module!("llm_ops");
 /// `OPS_THREADS` of kernels/llm_ops.cu.
@@ -102,7 +102,7 @@ impl CudaOp1 for SoftmaxOp {
         let xv = view(x, l, "softmax_scaled_bf16")?;
         let rows = xv.len().checked_div(n).unwrap_or(0);
         let dev = x.device().clone();
-        let out = crate::cuda::launch::alloc_out(&dev, xv.len())?;
+        let out = df11_candle::cuda::launch::alloc_out(&dev, xv.len())?;
         if rows > 0 {
             let func = MODULE.func(&dev, "softmax_scaled_bf16")?;
             let cfg = per_row(rows);
@@ -136,7 +136,7 @@ impl CudaOp2 for SiluMulOp {
         let uv = view(u, u_l, "silu_mul_bf16")?;
         let n = gv.len();
         let dev = g.device().clone();
-        let out = crate::cuda::launch::alloc_out(&dev, n)?;
+        let out = df11_candle::cuda::launch::alloc_out(&dev, n)?;
         if n > 0 {
             let func = MODULE.func(&dev, "silu_mul_bf16")?;
             let cfg = elementwise(n);
@@ -174,7 +174,7 @@ impl CudaOp1 for SiluMulHalvesOp {
         let inter = width / 2;
         let rows = xv.len().checked_div(width).unwrap_or(0);
         let dev = x.device().clone();
-        let out = crate::cuda::launch::alloc_out(&dev, rows * inter)?;
+        let out = df11_candle::cuda::launch::alloc_out(&dev, rows * inter)?;
         let n = rows * inter;
         if n > 0 {
             let func = MODULE.func(&dev, "silu_mul_halves_bf16")?;
@@ -298,10 +298,3 @@ impl CudaOp2 for RmsNormOp {
         Ok((CudaStorage::wrap_cuda_slice(out, dev), x_l.shape().clone()))
     }
 }
-
-pub use crate::cuda::decode_step::{
-    add_rms_norm_bf16, flash_decode, flash_decode_splits, qk_norm_rope_kv, HeadNorm,
-};
-pub use crate::cuda::prefill_attention::{
-    prefill_attention, prefill_attention_runs, prefill_attention_supports, PromptAt,
-};

@@ -10,9 +10,9 @@ use candle_core::cuda_backend::WrapErr;
 use candle_core::{DType, Tensor};
 use half::bf16;
 
-use crate::cuda::decode_step::{bf16_from, cache_dims, cuda, wrap};
-use crate::cuda::launch::push_args;
-use crate::cuda::module::{fatbin_module, Module};
+use super::decode_step::{bf16_from, cache_dims, cuda, wrap};
+use df11_candle::cuda::launch::push_args;
+use df11_candle::cuda::module::{fatbin_module, Module};
 
 const MODULE: Module = fatbin_module!("prefill_attention");
 /// Query rows (token x query head of one kv head) per CTA (`PA_BM`).
@@ -39,7 +39,7 @@ pub fn prefill_attention_supports(head_dim: usize) -> bool {
 }
 
 /// Causal attention of a prompt's queries `q` (`[rows * seq, heads, D]` BF16, contiguous, from
-/// [`crate::cuda::decode_step::qk_norm_rope_kv`], whose keys and values are already in the cache `kv`)
+/// [`super::decode_step::qk_norm_rope_kv`], whose keys and values are already in the cache `kv`)
 /// over their cached keys: the query at position `p` sees positions `[p + 1 - window, p]` (from
 /// 0 without a window). Scores `bf16(bf16(q·k) * scale)` (then `cap * tanh(s / cap)` with a
 /// softcap), softmax in f32, probabilities rounded to BF16 for the sum of values. Returns
