@@ -7,6 +7,19 @@
 //! The library never reads the environment. A program that wants the `DF11_*` variables passes
 //! them in: `Df11Options::from_vars(|name| std::env::var(name).ok())`.
 
+/// `FromStr` for an option enum by its names (later names of a value are aliases), refusing
+/// others with [`pick`]'s error.
+macro_rules! from_names {
+    ($t:ty, $what:literal, [$(($name:literal, $v:ident)),+ $(,)?]) => {
+        impl std::str::FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                pick($what, s, &[$(($name, Self::$v)),+])
+            }
+        }
+    };
+}
+
 /// How linear layers multiply on CUDA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MatmulPath {
@@ -19,21 +32,16 @@ pub enum MatmulPath {
     Decode,
 }
 
-impl std::str::FromStr for MatmulPath {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        pick(
-            "matmul path",
-            s,
-            &[
-                ("auto", Self::Auto),
-                ("fused", Self::Fused),
-                ("decode", Self::Decode),
-                ("cublas", Self::Decode),
-            ],
-        )
-    }
-}
+from_names!(
+    MatmulPath,
+    "matmul path",
+    [
+        ("auto", Auto),
+        ("fused", Fused),
+        ("decode", Decode),
+        ("cublas", Decode)
+    ]
+);
 
 /// How a unit's exponents are kept on a CUDA device (the CPU path always keeps the DF11 stream).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,20 +54,11 @@ pub enum ExponentForm {
     Huffman,
 }
 
-impl std::str::FromStr for ExponentForm {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        pick(
-            "exponent form",
-            s,
-            &[
-                ("auto", Self::Auto),
-                ("packed", Self::Packed),
-                ("huffman", Self::Huffman),
-            ],
-        )
-    }
-}
+from_names!(
+    ExponentForm,
+    "exponent form",
+    [("auto", Auto), ("packed", Packed), ("huffman", Huffman)]
+);
 
 /// Which members units store in the tile order, of those whose shapes they are given
 /// ([`crate::Df11Options::tiles`]; `on`, the default, `all` or `off`).
@@ -78,20 +77,11 @@ pub enum TileMembers {
     Off,
 }
 
-impl std::str::FromStr for TileMembers {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        pick(
-            "tile setting",
-            s,
-            &[
-                ("on", Self::Chunked),
-                ("all", Self::All),
-                ("off", Self::Off),
-            ],
-        )
-    }
-}
+from_names!(
+    TileMembers,
+    "tile setting",
+    [("on", Chunked), ("all", All), ("off", Off)]
+);
 
 impl TileMembers {
     /// Whether this policy tiles members `cols` wide (their other conditions aside:

@@ -41,6 +41,19 @@ fn bits(t: &Tensor) -> Vec<u32> {
     }
 }
 
+/// Fixture `name` opened DF11 (kept compressed) and BF16 (dense) on `device` in `dtype`, with
+/// the test's options.
+fn open_both(name: &str, device: &Device, dtype: DType) -> (ModelWeights, ModelWeights) {
+    let open = |kind: &str, format| {
+        let dir = common::model_dir(name, kind);
+        ModelWeights::open_with(&dir, format, device, dtype, common::options()).unwrap()
+    };
+    (
+        open("df11", WeightFormat::Df11),
+        open("bf16", WeightFormat::Dense),
+    )
+}
+
 #[test]
 fn units_decode_exactly_on_the_device() {
     let device = common::device();
@@ -77,22 +90,7 @@ fn df11_linear_equals_bf16_linear_bit_for_bit() {
         let model = Df11Model::open(common::model_dir(name, "df11")).unwrap();
         let original = SafetensorsIndex::open_dir(&common::model_dir(name, "bf16")).unwrap();
         for dtype in dtypes(&device) {
-            let df11 = ModelWeights::open_with(
-                &common::model_dir(name, "df11"),
-                WeightFormat::Df11,
-                &device,
-                dtype,
-                common::options(),
-            )
-            .unwrap();
-            let dense = ModelWeights::open_with(
-                &common::model_dir(name, "bf16"),
-                WeightFormat::Dense,
-                &device,
-                dtype,
-                common::options(),
-            )
-            .unwrap();
+            let (df11, dense) = open_both(name, &device, dtype);
             for weight in model.compressed_weights() {
                 let module = weight.strip_suffix(".weight").unwrap();
                 let shape = original.get(weight).unwrap().shape.to_vec();
@@ -135,22 +133,7 @@ fn df11_embedding_equals_bf16_embedding_bit_for_bit() {
             let module = weight.strip_suffix(".weight").unwrap();
             let shape = original.get(weight).unwrap().shape.to_vec();
             let dtype = dtypes(&device)[0];
-            let df11 = ModelWeights::open_with(
-                &common::model_dir(name, "df11"),
-                WeightFormat::Df11,
-                &device,
-                dtype,
-                common::options(),
-            )
-            .unwrap();
-            let dense = ModelWeights::open_with(
-                &common::model_dir(name, "bf16"),
-                WeightFormat::Dense,
-                &device,
-                dtype,
-                common::options(),
-            )
-            .unwrap();
+            let (df11, dense) = open_both(name, &device, dtype);
             let a = df11.embedding(module, shape[0], shape[1]).unwrap();
             let b = dense.embedding(module, shape[0], shape[1]).unwrap();
             let Embedding::Df11(a) = a else {
