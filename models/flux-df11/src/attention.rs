@@ -1,0 +1,180 @@
+//! FLUX's attention (diffusers' `Attention` with `FluxAttnProcessor2_0`): q, k, v per head with
+//! RMS-normed queries and keys, rotated by the positions' tables; in a double-stream block the
+//! text's own projections joined in front of the image's (one attention over text + image),
+//! then each stream's output projection.
+
+use candle_core::{DType, Module, Tensor, D};
+use df11_candle::{Linear, ModelWeights};
+
+use crate::embed::apply_rope;
+use crate::error::Result;
+
+/// diffusers' `RMSNorm` over a head (`qk_norm="rms_norm"`, eps 1e-6, with a weight):
+/// `x * rsqrt(mean(x²) + eps)` in f32, rounded to the weight's dtype, times the weight.
+#[derive(Debug, Clone)]
+struct HeadNorm {
+    weight: Tensor,
+}
+
+const EPS: f64 = 1e-6;
+
+impl HeadNorm {
+    fn load(weights: &ModelWeights, name: &str, head_dim: usize) -> Result<Self> {
+        Ok(Self {
+            weight: weights.tensor(&format!("{name}.weight"), &[head_dim])?,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let x32 = x.to_dtype(DType::F32)?;
+        let var = x32.sqr()?.mean_keepdim(D::Minus1)?;
+        let normed = x32.broadcast_mul(&(var + EPS)?.sqrt()?.recip()?)?;
+        Ok(normed
+            .to_dtype(self.weight.dtype())?
+            .broadcast_mul(&self.weight)?)
+    }
+}
+
+/// Projections of one stream: q, k, v and the q/k norms.
+#[derive(Debug, Clone)]
+struct Qkv {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    norm_q: HeadNorm,
+    norm_k: HeadNorm,
+}
+
+impl Qkv {
+    /// `[B, H, L, D]` queries (normed), keys (normed) and values of `x` (`[B, L, H*D]`).
+    fn forward(&self, x: &Tensor, heads: usize) -> Result<(Tensor, Tensor, Tensor)> {
+        let (b, l, _) = x.dims3()?;
+        let split = |t: Tensor| -> Result<Tensor> {
+            let d = t.dim(2)? / heads;
+            Ok(t.reshape((b, l, heads, d))?.transpose(1, 2)?.contiguous()?)
+        };
+        let q = self.norm_q.forward(&split(self.q.forward(x)?)?)?;
+        let k = self.norm_k.forward(&split(self.k.forward(x)?)?)?;
+        let v = split(self.v.forward(x)?)?;
+        Ok((q, k, v))
+    }
+}
+
+/// The text stream's side of a double-stream block's attention.
+#[derive(Debug, Clone)]
+struct TextSide {
+    qkv: Qkv,
+    out: Linear,
+}
+
+/// One block's attention.
+#[derive(Debug, Clone)]
+pub struct Attention {
+    image: Qkv,
+    /// `to_out.0` (double-stream blocks; single-stream ones project with the MLP).
+    image_out: Option<Linear>,
+    /// The text stream (double-stream blocks).
+    text: Option<TextSide>,
+    heads: usize,
+}
+
+impl Attention {
+    /// `{prefix}.to_q|to_k|to_v`, `norm_q|norm_k` and, for a double-stream block (`joint`),
+    /// `to_out.0`, `add_q_proj|add_k_proj|add_v_proj`, `norm_added_q|norm_added_k`,
+    /// `to_add_out`.
+    pub fn load(
+        weights: &ModelWeights,
+        prefix: &str,
+        heads: usize,
+        head_dim: usize,
+        joint: bool,
+    ) -> Result<Self> {
+        let dim = heads * head_dim;
+        let linear = |name: &str| weights.linear(&format!("{prefix}.{name}"), dim, dim, true);
+        let norm = |name: &str| HeadNorm::load(weights, &format!("{prefix}.{name}"), head_dim);
+        let image = Qkv {
+            q: linear("to_q")?,
+            k: linear("to_k")?,
+            v: linear("to_v")?,
+            norm_q: norm("norm_q")?,
+            norm_k: norm("norm_k")?,
+        };
+        if !joint {
+            return Ok(Self {
+                image,
+                image_out: None,
+                text: None,
+                heads,
+            });
+        }
+        let text = TextSide {
+            qkv: Qkv {
+                q: linear("add_q_proj")?,
+                k: linear("add_k_proj")?,
+                v: linear("add_v_proj")?,
+                norm_q: norm("norm_added_q")?,
+                norm_k: norm("norm_added_k")?,
+            },
+            out: linear("to_add_out")?,
+        };
+        Ok(Self {
+            image,
+            image_out: Some(linear("to_out.0")?),
+            text: Some(text),
+            heads,
+        })
+    }
+
+    /// Attention over `text` (`[B, T, dim]`, double-stream blocks) and `image` (`[B, N, dim]`),
+    /// the positions' tables `[T + N, D]` (text first): the image's output `[B, N, dim]` and,
+    /// for a double-stream block, the text's `[B, T, dim]`.
+    pub fn forward(
+        &self,
+        image: &Tensor,
+        text: Option<&Tensor>,
+        cos: &Tensor,
+        sin: &Tensor,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let (mut q, mut k, mut v) = self.image.forward(image, self.heads)?;
+        let text_len = match (&self.text, text) {
+            (Some(side), Some(t)) => {
+                let (tq, tk, tv) = side.qkv.forward(t, self.heads)?;
+                q = Tensor::cat(&[tq, q], 2)?;
+                k = Tensor::cat(&[tk, k], 2)?;
+                v = Tensor::cat(&[tv, v], 2)?;
+                t.dim(1)?
+            }
+            _ => 0,
+        };
+        let q = apply_rope(&q, cos, sin)?;
+        let k = apply_rope(&k, cos, sin)?;
+        let out = attend(&q, &k, &v)?;
+        let (b, h, l, d) = out.dims4()?;
+        let out = out.transpose(1, 2)?.reshape((b, l, h * d))?;
+        match (&self.text, &self.image_out) {
+            (Some(side), Some(image_out)) => {
+                let text_out = side
+                    .out
+                    .forward(&out.narrow(1, 0, text_len)?.contiguous()?)?;
+                let image_part = out.narrow(1, text_len, l - text_len)?.contiguous()?;
+                Ok((image_out.forward(&image_part)?, Some(text_out)))
+            }
+            _ => Ok((out, None)),
+        }
+    }
+}
+
+/// `softmax(q kᵀ / sqrt(D)) v` over `[B, H, L, D]`, in f32 (PyTorch's CPU attention accumulates
+/// half types in f32 too), rounded once to the inputs' dtype.
+fn attend(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+    let dtype = q.dtype();
+    let scale = 1.0 / (q.dim(3)? as f64).sqrt();
+    let (q, k, v) = (
+        q.to_dtype(DType::F32)?,
+        k.to_dtype(DType::F32)?,
+        v.to_dtype(DType::F32)?,
+    );
+    let scores = (q.matmul(&k.t()?.contiguous()?)? * scale)?;
+    let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+    Ok(probs.matmul(&v)?.to_dtype(dtype)?)
+}
