@@ -52,3 +52,35 @@ fn compressor_reproduces_every_official_fixture_byte_for_byte() {
         }
     }
 }
+
+/// A diffusers FLUX transformer (the FLUX fixture's dev- and schnell-shaped ones): the built-in
+/// FLUX pattern, and every file of the output byte-identical to the official compressor's
+/// (the blocks' files, `diffusion_pytorch_model.safetensors`, `config.json` with the DF11 block
+/// alone).
+#[test]
+fn compressor_reproduces_the_official_flux_transformers_file_for_file() {
+    let flux = common::fixtures().join("models/flux-tiny");
+    for (base, official) in [("base", "df11"), ("base-schnell", "df11-schnell")] {
+        let out = common::temp_dir();
+        let src = flux.join(base).join("transformer");
+        let report = compress_model(&src, out.path(), &CompressOptions::default(), |_| {}).unwrap();
+        assert_eq!(report.units, 4, "{base}");
+        let names = |dir: &std::path::Path| -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        let official = flux.join(official);
+        assert_eq!(names(out.path()), names(&official), "{base}: files");
+        for f in names(&official) {
+            let (a, b) = (
+                std::fs::read(official.join(&f)).unwrap(),
+                std::fs::read(out.path().join(&f)).unwrap(),
+            );
+            assert!(a == b, "{base}: {f} differs from the official compressor's");
+        }
+    }
+}

@@ -62,6 +62,16 @@ enum Command {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    // Where the output is a report on stdout, a reader that stops early (`df11 inspect DIR |
+    // head`) ends the process quietly, as it ends any Unix tool, instead of a panic on the
+    // failed write. Not for `serve`, whose writes to a client that went away must fail as
+    // errors.
+    if !matches!(cli.command, Command::Serve(_)) {
+        // SAFETY: restoring a signal's default action before any thread is started.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     match cli.command {
         Command::Compress {
             src,
@@ -140,14 +150,7 @@ fn inspect(dir: PathBuf, decode: bool) -> Result<()> {
     let cfg = model.df11_config();
     println!("{}", dir.display());
     println!("  format version  {}", cfg.version);
-    println!(
-        "  architecture    {}",
-        model
-            .config_json()
-            .get("architectures")
-            .map(|a| a.to_string())
-            .unwrap_or_else(|| "?".into())
-    );
+    println!("  architecture    {}", architecture(&model));
     println!("  pattern_dict");
     for p in cfg.pattern_dict.patterns() {
         println!("    {:<36} {:?}", p.key, p.members);
@@ -234,4 +237,31 @@ fn verify(df11: PathBuf, bf16: PathBuf) -> Result<()> {
         }
         Some(d) => bail!("DIFFERENT: {d}"),
     }
+}
+
+/// What the folder holds: `architectures` of its config.json, else diffusers' `_class_name`,
+/// else (a DFloat11 diffusers repo's config.json holds the DF11 block alone) the built-in
+/// pattern_dict it was compressed with, else `?`.
+fn architecture(model: &df11_candle::Df11Model) -> String {
+    let config = model.config_json();
+    if let Some(a) = config.get("architectures") {
+        return a.to_string();
+    }
+    if let Some(class) = df11_candle::patterns::diffusers_class(config) {
+        return class.to_string();
+    }
+    let flux = serde_json::json!({ "_class_name": "FluxTransformer2DModel" });
+    let same = |d: &df11_candle::PatternDict| {
+        let keys = |d: &df11_candle::PatternDict| -> Vec<(String, Vec<String>)> {
+            d.patterns()
+                .iter()
+                .map(|p| (p.key.clone(), p.members.clone()))
+                .collect()
+        };
+        df11_candle::builtin_pattern_dict(&flux).is_ok_and(|f| keys(&f) == keys(d))
+    };
+    if same(&model.df11_config().pattern_dict) {
+        return "FluxTransformer2DModel (diffusers; by its pattern_dict)".into();
+    }
+    "?".into()
 }

@@ -11,11 +11,9 @@ use candle_core::{DType, Device, Tensor};
 use df11_candle::{ModelWeights, WeightFormat};
 use flux_df11::{FluxConfig, FluxError, FluxInputs, FluxTransformer};
 
+/// The FLUX fixture (found at run time, as the GPU suite's carried test binaries need).
 fn fixture() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/fixtures/models/flux-tiny"
-    ))
+    df11_candle::fixtures::fixtures().join("models/flux-tiny")
 }
 
 /// The test device: CUDA device 0 with the `cuda` feature (the GPU suite), else the CPU.

@@ -219,8 +219,9 @@ pub fn compress_model(
         on_progress(&progress);
     }
 
-    // Everything not inside a unit goes to model.safetensors, with the metadata
-    // `save_pretrained` writes.
+    // Everything not inside a unit goes to model.safetensors (a diffusers model:
+    // diffusion_pytorch_model.safetensors), with the metadata `save_pretrained` writes.
+    let diffusers = crate::format::patterns::diffusers_class(&config).is_some();
     let inside_unit = |n: &str| units.iter().any(|u| n.starts_with(&format!("{}.", u.name)));
     let rest: Vec<(String, RawTensor<'_>)> = index
         .names()
@@ -228,7 +229,11 @@ pub fn compress_model(
         .map(|n| (n.to_string(), index.get(n).unwrap()))
         .collect();
     let meta: HashMap<String, String> = [("format".to_string(), "pt".to_string())].into();
-    let model_path = dst.join("model.safetensors");
+    let model_path = dst.join(if diffusers {
+        "diffusion_pytorch_model.safetensors"
+    } else {
+        "model.safetensors"
+    });
     safetensors::serialize_to_file(rest, Some(meta), &model_path).map_err(|e| {
         Df11Error::Safetensors {
             path: model_path.clone(),
@@ -237,12 +242,21 @@ pub fn compress_model(
     })?;
 
     let df11 = Df11Config::for_writing(dict.clone());
-    if let Value::Object(obj) = &mut config {
+    if diffusers {
+        // The official compressor writes a diffusers model's config.json with the DF11 block
+        // alone (the model's config stays in the base repo).
+        config = serde_json::json!({ "dfloat11_config": df11.to_json() });
+    } else if let Value::Object(obj) = &mut config {
         obj.insert("dfloat11_config".into(), df11.to_json());
     }
     let out_config = dst.join("config.json");
-    let text = serde_json::to_string_pretty(&config).expect("a JSON value serializes");
-    std::fs::write(&out_config, text + "\n").map_err(|e| Df11Error::io(&out_config, e))?;
+    let mut text = serde_json::to_string_pretty(&config).expect("a JSON value serializes");
+    // transformers' save_pretrained ends the file with a newline, the official compressor's
+    // diffusers config not.
+    if !diffusers {
+        text.push('\n');
+    }
+    std::fs::write(&out_config, text).map_err(|e| Df11Error::io(&out_config, e))?;
 
     Ok(CompressReport {
         units: units.len(),
