@@ -13,12 +13,17 @@ fi
 . "$PREFIX/env.sh"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-for cu in kernels/*.cu; do
+# One kernel file a job, as many jobs as cores.
+ptx_all() {  # <kernel.cu>: its PTX for each target
+  local arch
   for arch in 90 80 75; do
-    nvcc --ptx -O3 -std=c++17 -arch=compute_$arch -o "$out/$(basename "$cu" .cu)_$arch.ptx" "$cu"
+    nvcc --ptx -O3 -std=c++17 -arch=compute_$arch -o "$out/$(basename "$1" .cu)_$arch.ptx" "$1"
   done
-  echo "ok: $cu (compute_90, compute_80, compute_75)"
-done
+  echo "ok: $1 (compute_90, compute_80, compute_75)"
+}
+export -f ptx_all
+export out
+printf '%s\n' kernels/*.cu | xargs -P "$(nproc)" -n 1 bash -c 'ptx_all "$1"' _
 # The warpgroup product kernels as the build makes them for CUDA_COMPUTE_CAP=90 (wgmma, mbarriers, bulk copies:
 # sm_90a machine code, so ptxas checks the asm too).
 nvcc --cubin -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o "$out/df11_tc_wg_90a.cubin" kernels/df11_tc_wg.cu
