@@ -50,9 +50,11 @@ rm "$SUITE/build.json"
 cp "$TARGET/release/gpu_bench" "$TARGET/release/sanitizer_probe" "$TARGET/release/tc_probe" "$SUITE/"
 # The end-to-end bench's tools (scripts/gpu-e2e-run.sh uses them).
 cp "$TARGET/release/synth_model" "$TARGET/release/df11" "$TARGET/release/qwen3-df11-bench" "$SUITE/"
-# The model binaries, for the models' end-to-end CLI tests (found through DF11_BIN_DIR).
+# The model binaries, for the models' end-to-end CLI tests (found through DF11_BIN_DIR); a
+# model crate without one (a library) has none to copy.
 for m in models/*/; do
   m=$(basename "$m")
+  [ -f "$TARGET/release/$m" ] || continue
   cp "$TARGET/release/$m" "$SUITE/"
   strip "$SUITE/$m"
 done

@@ -98,7 +98,7 @@ impl FluxConfig {
         }
         let axes = &self.axes_dims_rope;
         if axes.is_empty()
-            || axes.iter().any(|&d| d == 0 || d % 2 != 0)
+            || axes.iter().any(|&d| d == 0 || !d.is_multiple_of(2))
             || axes.iter().sum::<usize>() != self.attention_head_dim
         {
             return Some(format!(

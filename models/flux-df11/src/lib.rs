@@ -31,8 +31,10 @@ pub mod blocks;
 pub mod config;
 pub mod embed;
 pub mod error;
+pub mod sampling;
 pub mod transformer;
 
 pub use config::FluxConfig;
 pub use error::{FluxError, Result};
+pub use sampling::SchedulerConfig;
 pub use transformer::{FluxInputs, FluxTransformer};
