@@ -32,9 +32,11 @@ pub mod config;
 pub mod embed;
 pub mod error;
 pub mod sampling;
+pub mod text;
 pub mod transformer;
 
 pub use config::FluxConfig;
 pub use error::{FluxError, Result};
 pub use sampling::SchedulerConfig;
+pub use text::TextEncoders;
 pub use transformer::{FluxInputs, FluxTransformer};
