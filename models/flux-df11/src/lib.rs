@@ -31,12 +31,15 @@ pub mod blocks;
 pub mod config;
 pub mod embed;
 pub mod error;
+pub mod pipeline;
 pub mod sampling;
 pub mod text;
 pub mod transformer;
+pub mod vae;
 
 pub use config::FluxConfig;
 pub use error::{FluxError, Result};
 pub use sampling::SchedulerConfig;
 pub use text::TextEncoders;
 pub use transformer::{FluxInputs, FluxTransformer};
+pub use vae::{VaeConfig, VaeDecoder};

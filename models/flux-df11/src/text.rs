@@ -40,7 +40,11 @@ fn read_json(dir: &Path) -> Result<(PathBuf, serde_json::Value)> {
 }
 
 /// A `VarBuilder` over every safetensors file of `dir` (sharded or not).
-fn var_builder(dir: &Path, dtype: DType, device: &Device) -> Result<VarBuilder<'static>> {
+pub(crate) fn var_builder(
+    dir: &Path,
+    dtype: DType,
+    device: &Device,
+) -> Result<VarBuilder<'static>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| FluxError::Config {
             path: dir.to_path_buf(),
