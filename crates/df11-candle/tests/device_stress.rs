@@ -6,9 +6,7 @@
 mod common;
 
 use candle_core::Device;
-use df11_candle::{
-    encode_unit, synth, Df11Group, ExponentForm, SafetensorsIndex, UnitLayout, UnitTensors,
-};
+use df11_candle::{encode_unit, synth, Df11Group, ExponentForm, UnitLayout, UnitTensors};
 use half::bf16;
 
 /// Decodes the unit in both device forms of its exponents (the same path twice on the CPU).
@@ -91,17 +89,9 @@ fn encode_and_decode(device: &Device, w: &[bf16]) -> UnitLayout {
 
 #[test]
 fn real_qwen3_4b_slice_decodes_on_the_device() {
-    let path = common::fixtures().join("canary/qwen3-4b-layer0-slice.safetensors");
-    let idx = SafetensorsIndex::open_files(&[path]).unwrap();
+    let idx = common::canary_index();
+    let t = common::canary_unit(&idx);
     let get = |n: &str| idx.get(n).unwrap().data;
-    let t = UnitTensors {
-        encoded_exponent: get("encoded_exponent"),
-        sign_mantissa: get("sign_mantissa"),
-        luts: get("luts"),
-        gaps: get("gaps"),
-        output_positions: get("output_positions"),
-        split_positions: get("split_positions"),
-    };
     let layout = decode_on(&common::device(), &t, get("expected_bf16"));
     assert_eq!((layout.n_blocks, layout.max_code_length), (5, 27));
 }

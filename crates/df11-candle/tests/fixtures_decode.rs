@@ -5,7 +5,6 @@ mod common;
 
 use df11_candle::{
     decode_parallel, decode_sequential, DecodeTable, Df11Model, SafetensorsIndex, UnitLayout,
-    UnitTensors,
 };
 use half::bf16;
 
@@ -61,17 +60,9 @@ fn every_fixture_verifies_ok() {
 
 #[test]
 fn real_qwen3_4b_slice_decodes_exactly() {
-    let path = common::fixtures().join("canary/qwen3-4b-layer0-slice.safetensors");
-    let idx = SafetensorsIndex::open_files(&[path]).unwrap();
+    let idx = common::canary_index();
+    let t = common::canary_unit(&idx);
     let get = |n: &str| idx.get(n).unwrap().data;
-    let t = UnitTensors {
-        encoded_exponent: get("encoded_exponent"),
-        sign_mantissa: get("sign_mantissa"),
-        luts: get("luts"),
-        gaps: get("gaps"),
-        output_positions: get("output_positions"),
-        split_positions: get("split_positions"),
-    };
     let layout = UnitLayout::validate(&t).unwrap();
     // The slice's edge case: 5 blocks by byte count, 5 positions entries.
     assert_eq!(layout.n_blocks, 5);

@@ -11,8 +11,7 @@ use df11_candle::cuda::tile_order::{member_orders, tile_members};
 use df11_candle::packed::unit_exponents;
 use df11_candle::TileMembers;
 use df11_candle::{
-    encode_unit, synth, DecodeTable, Df11Model, PackedExponents, SafetensorsIndex, UnitLayout,
-    UnitTensors,
+    encode_unit, synth, DecodeTable, Df11Model, PackedExponents, UnitLayout, UnitTensors,
 };
 use half::bf16;
 use rand::{Rng, SeedableRng};
@@ -97,17 +96,8 @@ fn every_fixture_unit_packs_on_the_gpu_as_on_the_cpu() {
 
 #[test]
 fn the_real_qwen3_4b_slice_packs_on_the_gpu_as_on_the_cpu() {
-    let path = common::fixtures().join("canary/qwen3-4b-layer0-slice.safetensors");
-    let idx = SafetensorsIndex::open_files(&[path]).unwrap();
-    let get = |n: &str| idx.get(n).unwrap().data;
-    let t = UnitTensors {
-        encoded_exponent: get("encoded_exponent"),
-        sign_mantissa: get("sign_mantissa"),
-        luts: get("luts"),
-        gaps: get("gaps"),
-        output_positions: get("output_positions"),
-        split_positions: get("split_positions"),
-    };
+    let idx = common::canary_index();
+    let t = common::canary_unit(&idx);
     same_both_ways(&t, "qwen3-4b slice");
 }
 

@@ -2,8 +2,9 @@
 //! transformer == the BF16 transformer's, byte for byte (f32 and BF16), and in f32 the pixels of
 //! diffusers' run within one level.
 
+mod common;
+
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
 use df11_candle::{Df11Options, WeightFormat};
@@ -12,19 +13,18 @@ use flux_df11::pipeline::{
 };
 use flux_df11::{SchedulerConfig, VaeDecoder};
 
-fn fixture() -> PathBuf {
-    df11_candle::fixtures::fixtures().join("models/flux-tiny")
-}
-
 #[test]
 fn df11_and_bf16_images_are_identical_and_match_diffusers() {
-    let r: HashMap<String, Tensor> =
-        candle_core::safetensors::load(fixture().join("reference.safetensors"), &Device::Cpu)
-            .unwrap();
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture().join("reference.json")).unwrap())
-            .unwrap();
-    let base = fixture().join("base");
+    let r: HashMap<String, Tensor> = candle_core::safetensors::load(
+        common::fixture().join("reference.safetensors"),
+        &Device::Cpu,
+    )
+    .unwrap();
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(common::fixture().join("reference.json")).unwrap(),
+    )
+    .unwrap();
+    let base = common::fixture().join("base");
     let device = Device::Cpu;
     let options = GenerateOptions {
         width: 64,
@@ -59,7 +59,7 @@ fn df11_and_bf16_images_are_identical_and_match_diffusers() {
             decode(&vae, &latents, &options).unwrap()
         };
         let bf16 = image(&base.join("transformer"), WeightFormat::Dense);
-        let df11 = image(&fixture().join("df11"), WeightFormat::Df11);
+        let df11 = image(&common::fixture().join("df11"), WeightFormat::Df11);
         assert!(
             df11 == bf16,
             "{dtype:?}: the DF11 image differs from the BF16 one"

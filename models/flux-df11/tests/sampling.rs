@@ -2,8 +2,7 @@
 //! latents' packing, and the whole 4-step denoising loop of the dev-shaped transformer (DF11 and
 //! BF16, f32) from the fixture's noise and text states, against diffusers' recorded run.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
+mod common;
 
 use candle_core::{DType, Device, Tensor};
 use df11_candle::{ModelWeights, WeightFormat};
@@ -11,43 +10,6 @@ use flux_df11::sampling::{
     euler_step, image_ids, pack_latents, text_ids, unpack_latents, SchedulerConfig,
 };
 use flux_df11::{FluxConfig, FluxInputs, FluxTransformer};
-
-fn fixture() -> PathBuf {
-    df11_candle::fixtures::fixtures().join("models/flux-tiny")
-}
-
-fn reference() -> HashMap<String, Tensor> {
-    candle_core::safetensors::load(fixture().join("reference.safetensors"), &Device::Cpu).unwrap()
-}
-
-fn reference_json() -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(fixture().join("reference.json")).unwrap())
-        .unwrap()
-}
-
-fn f32_bits(t: &Tensor) -> Vec<u32> {
-    let t = t.to_dtype(DType::F32).unwrap().flatten_all().unwrap();
-    t.to_vec1::<f32>()
-        .unwrap()
-        .iter()
-        .map(|v| v.to_bits())
-        .collect()
-}
-
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    let a = a.to_dtype(DType::F32).unwrap();
-    let b = b.to_dtype(DType::F32).unwrap();
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
-}
 
 fn as_f32s(v: &serde_json::Value) -> Vec<f32> {
     v.as_array()
@@ -59,18 +21,20 @@ fn as_f32s(v: &serde_json::Value) -> Vec<f32> {
 
 #[test]
 fn sigmas_and_timesteps_are_the_schedulers() {
-    let r = reference_json();
+    let r = common::reference_json();
     let tokens = r["image_seq_len"].as_u64().unwrap() as usize;
     let dev =
-        SchedulerConfig::open(&fixture().join("base/scheduler/scheduler_config.json")).unwrap();
+        SchedulerConfig::open(&common::fixture().join("base/scheduler/scheduler_config.json"))
+            .unwrap();
     assert!((dev.mu(tokens) - r["scheduler"]["mu"].as_f64().unwrap()).abs() < 1e-12);
     let sigmas = dev.sigmas(4, tokens).unwrap();
     assert_eq!(sigmas, as_f32s(&r["scheduler"]["sigmas"]));
     let timesteps: Vec<f32> = sigmas[..4].iter().map(|&s| dev.timestep(s)).collect();
     assert_eq!(timesteps, as_f32s(&r["scheduler"]["timesteps"]));
-    let schnell =
-        SchedulerConfig::open(&fixture().join("base-schnell/scheduler/scheduler_config.json"))
-            .unwrap();
+    let schnell = SchedulerConfig::open(
+        &common::fixture().join("base-schnell/scheduler/scheduler_config.json"),
+    )
+    .unwrap();
     assert_eq!(
         schnell.sigmas(4, tokens).unwrap(),
         as_f32s(&r["schnell"]["sigmas"])
@@ -80,15 +44,18 @@ fn sigmas_and_timesteps_are_the_schedulers() {
 
 #[test]
 fn packing_and_the_euler_step_are_the_pipelines() {
-    let r = reference();
-    let json = reference_json();
+    let r = common::reference();
+    let json = common::reference_json();
     let noise = &r["latents.noise_unpacked"];
     let packed = pack_latents(noise).unwrap();
-    assert_eq!(f32_bits(&packed), f32_bits(&r["latents.init"]));
+    assert_eq!(
+        common::f32_bits(&packed),
+        common::f32_bits(&r["latents.init"])
+    );
     let (h, w) = (noise.dim(2).unwrap(), noise.dim(3).unwrap());
     assert_eq!(
-        f32_bits(&unpack_latents(&packed, h, w).unwrap()),
-        f32_bits(noise)
+        common::f32_bits(&unpack_latents(&packed, h, w).unwrap()),
+        common::f32_bits(noise)
     );
     // Every recorded step, f32 and BF16: the step rule on the recorded prediction gives the
     // recorded latents bit for bit.
@@ -110,8 +77,8 @@ fn packing_and_the_euler_step_are_the_pipelines() {
             );
             let out = euler_step(&at("latents_in"), &at("noise_pred"), sigma, next).unwrap();
             assert_eq!(
-                f32_bits(&out),
-                f32_bits(&at("latents_out")),
+                common::f32_bits(&out),
+                common::f32_bits(&at("latents_out")),
                 "{run} step {i}"
             );
         }
@@ -123,14 +90,16 @@ fn packing_and_the_euler_step_are_the_pipelines() {
 /// every step, bit for bit.
 #[test]
 fn the_denoising_loop_matches_diffusers_and_df11_equals_bf16() {
-    let r = reference();
-    let json = reference_json();
-    let config = FluxConfig::open(&fixture().join("base/transformer/config.json")).unwrap();
+    let r = common::reference();
+    let json = common::reference_json();
+    let config = FluxConfig::open(&common::fixture().join("base/transformer/config.json")).unwrap();
     let scheduler =
-        SchedulerConfig::open(&fixture().join("base/scheduler/scheduler_config.json")).unwrap();
+        SchedulerConfig::open(&common::fixture().join("base/scheduler/scheduler_config.json"))
+            .unwrap();
     let device = Device::Cpu;
     let load = |dir: &str, format| {
-        let w = ModelWeights::open(&fixture().join(dir), format, &device, DType::F32).unwrap();
+        let w =
+            ModelWeights::open(&common::fixture().join(dir), format, &device, DType::F32).unwrap();
         FluxTransformer::load(&config, &w).unwrap()
     };
     let (bf16, df11) = (
@@ -167,19 +136,19 @@ fn the_denoising_loop_matches_diffusers_and_df11_equals_bf16() {
         };
         let (pa, pb) = (predict(&bf16, &a), predict(&df11, &b));
         assert_eq!(
-            f32_bits(&pa),
-            f32_bits(&pb),
+            common::f32_bits(&pa),
+            common::f32_bits(&pb),
             "step {i}: DF11 differs from BF16"
         );
         let want = &r[&format!("pipeline.f32.step{i}.noise_pred")];
-        let err = max_abs_diff(&pa, want);
+        let err = common::max_abs_diff(&pa, want);
         eprintln!("step {i}: prediction {err:.3e} from diffusers'");
         assert!(err <= 1e-5, "step {i}: prediction {err} from diffusers'");
         a = euler_step(&a, &pa, sigmas[i], sigmas[i + 1]).unwrap();
         b = euler_step(&b, &pb, sigmas[i], sigmas[i + 1]).unwrap();
     }
-    let err = max_abs_diff(&a, &r["pipeline.f32.latents_final"]);
+    let err = common::max_abs_diff(&a, &r["pipeline.f32.latents_final"]);
     eprintln!("final latents {err:.3e} from diffusers'");
     assert!(err <= 5e-5, "final latents {err} from diffusers'");
-    assert_eq!(f32_bits(&a), f32_bits(&b));
+    assert_eq!(common::f32_bits(&a), common::f32_bits(&b));
 }

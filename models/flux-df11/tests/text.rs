@@ -2,20 +2,12 @@
 //! (the prompt and two more texts), and CLIP's pooled vector and T5's states in f32 against the
 //! pipeline's recorded ones.
 
+mod common;
+
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
 use flux_df11::TextEncoders;
-
-fn fixture() -> PathBuf {
-    df11_candle::fixtures::fixtures().join("models/flux-tiny")
-}
-
-fn reference_json() -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(fixture().join("reference.json")).unwrap())
-        .unwrap()
-}
 
 fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array()
@@ -25,31 +17,21 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
         .collect()
 }
 
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.dims(), b.dims());
-    let a = a.to_dtype(DType::F32).unwrap();
-    let b = b.to_dtype(DType::F32).unwrap();
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
-}
-
 fn encoders() -> TextEncoders {
-    let r = reference_json();
+    let r = common::reference_json();
     let length = r["max_sequence_length"].as_u64().unwrap() as usize;
-    TextEncoders::load(&fixture().join("base"), &Device::Cpu, DType::F32, length).unwrap()
+    TextEncoders::load(
+        &common::fixture().join("base"),
+        &Device::Cpu,
+        DType::F32,
+        length,
+    )
+    .unwrap()
 }
 
 #[test]
 fn token_ids_are_the_pipelines() {
-    let r = reference_json();
+    let r = common::reference_json();
     let enc = encoders();
     let (clip, t5) = enc.token_ids(r["prompt"].as_str().unwrap()).unwrap();
     assert_eq!(clip, ids(&r["tokens"]["clip"]["ids"]));
@@ -71,14 +53,16 @@ fn token_ids_are_the_pipelines() {
 
 #[test]
 fn encoder_outputs_match_the_pipelines() {
-    let r = reference_json();
-    let tensors: HashMap<String, Tensor> =
-        candle_core::safetensors::load(fixture().join("reference.safetensors"), &Device::Cpu)
-            .unwrap();
+    let r = common::reference_json();
+    let tensors: HashMap<String, Tensor> = candle_core::safetensors::load(
+        common::fixture().join("reference.safetensors"),
+        &Device::Cpu,
+    )
+    .unwrap();
     let mut enc = encoders();
     let (states, pooled) = enc.encode(r["prompt"].as_str().unwrap()).unwrap();
-    let e_states = max_abs_diff(&states, &tensors["pipeline.f32.t5_hidden_states"]);
-    let e_pooled = max_abs_diff(&pooled, &tensors["pipeline.f32.clip_pooled"]);
+    let e_states = common::max_abs_diff(&states, &tensors["pipeline.f32.t5_hidden_states"]);
+    let e_pooled = common::max_abs_diff(&pooled, &tensors["pipeline.f32.clip_pooled"]);
     eprintln!("T5 states {e_states:.3e}, CLIP pooled {e_pooled:.3e} from diffusers'");
     assert!(e_states <= 1e-5 && e_pooled <= 1e-5);
 }

@@ -4,17 +4,13 @@
 //! BF16, per-block files and single file alike; both within the fixture's tolerance of diffusers'
 //! own outputs for the same inputs (tests/fixtures/flux-tiny.md).
 
+mod common;
+
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
 use df11_candle::{ModelWeights, WeightFormat};
 use flux_df11::{FluxConfig, FluxError, FluxInputs, FluxTransformer};
-
-/// The FLUX fixture (found at run time, as the GPU suite's carried test binaries need).
-fn fixture() -> PathBuf {
-    df11_candle::fixtures::fixtures().join("models/flux-tiny")
-}
 
 /// The test device: CUDA device 0 with the `cuda` feature (the GPU suite), else the CPU.
 fn device() -> Device {
@@ -28,10 +24,6 @@ fn device() -> Device {
     }
 }
 
-fn reference() -> HashMap<String, Tensor> {
-    candle_core::safetensors::load(fixture().join("reference.safetensors"), &Device::Cpu).unwrap()
-}
-
 /// The transformer of `base` (its config) loaded from `weights_dir` as `format`.
 fn transformer(
     base: &str,
@@ -39,9 +31,15 @@ fn transformer(
     format: WeightFormat,
     dtype: DType,
 ) -> (FluxTransformer, ModelWeights) {
-    let config = FluxConfig::open(&fixture().join(base).join("transformer/config.json")).unwrap();
-    let weights =
-        ModelWeights::open(&fixture().join(weights_dir), format, &device(), dtype).unwrap();
+    let config =
+        FluxConfig::open(&common::fixture().join(base).join("transformer/config.json")).unwrap();
+    let weights = ModelWeights::open(
+        &common::fixture().join(weights_dir),
+        format,
+        &device(),
+        dtype,
+    )
+    .unwrap();
     (FluxTransformer::load(&config, &weights).unwrap(), weights)
 }
 
@@ -62,30 +60,6 @@ fn bits(t: &Tensor) -> Vec<u32> {
             .map(|v| v.to_bits())
             .collect(),
     }
-}
-
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    let a = a
-        .to_dtype(DType::F32)
-        .unwrap()
-        .to_device(&Device::Cpu)
-        .unwrap();
-    let b = b
-        .to_dtype(DType::F32)
-        .unwrap()
-        .to_device(&Device::Cpu)
-        .unwrap();
-    assert_eq!(a.dims(), b.dims());
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
 }
 
 /// The standalone check's inputs (`tcheck.*`) on the test device, and its output in `dtype`.
@@ -123,7 +97,7 @@ fn tolerance(dtype: DType) -> f32 {
 }
 
 fn check_variant(base: &str, df11_dirs: &[&str], guidance: bool, reference_prefix: &str) {
-    let r = reference();
+    let r = common::reference();
     for dtype in [DType::F32, DType::BF16] {
         let (bf16, dense) = transformer(
             base,
@@ -139,7 +113,7 @@ fn check_variant(base: &str, df11_dirs: &[&str], guidance: bool, reference_prefi
             "output_bf16"
         };
         let diffusers = &r[&format!("{reference_prefix}.{name}")];
-        let err = max_abs_diff(&want, diffusers);
+        let err = common::max_abs_diff(&want, diffusers);
         eprintln!("{base} {dtype:?}: max abs diff from diffusers {err:.3e}");
         assert!(
             err <= tolerance(dtype),
@@ -172,7 +146,7 @@ fn schnell_transformer_df11_equals_bf16_and_matches_diffusers() {
 
 #[test]
 fn bad_inputs_and_configs_are_refused_by_name() {
-    let r = reference();
+    let r = common::reference();
     let (t, _) = transformer("base", "df11", WeightFormat::Df11, DType::F32);
     let on = |name: &str| r[&format!("tcheck.{name}")].to_device(&device()).unwrap();
     let (hidden, text, pooled) = (
@@ -216,7 +190,8 @@ fn bad_inputs_and_configs_are_refused_by_name() {
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.json");
-    let text = std::fs::read_to_string(fixture().join("base/transformer/config.json")).unwrap();
+    let text =
+        std::fs::read_to_string(common::fixture().join("base/transformer/config.json")).unwrap();
     std::fs::write(
         &path,
         text.replace("\"attention_head_dim\": 16", "\"attention_head_dim\": 15"),

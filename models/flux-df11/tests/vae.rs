@@ -1,44 +1,32 @@
 //! The autoencoder's decoder on the FLUX fixture: the pipeline's final latents to its image in
 //! f32, against diffusers' recorded decoder input, output and 8-bit image.
 
+mod common;
+
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
 use flux_df11::sampling::unpack_latents;
 use flux_df11::vae::{to_rgb8, VaeConfig, VaeDecoder};
 
-fn fixture() -> PathBuf {
-    df11_candle::fixtures::fixtures().join("models/flux-tiny")
-}
-
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.dims(), b.dims());
-    let a = a.to_dtype(DType::F32).unwrap();
-    let b = b.to_dtype(DType::F32).unwrap();
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
-}
-
 #[test]
 fn the_decoder_gives_the_pipelines_image() {
-    let r: HashMap<String, Tensor> =
-        candle_core::safetensors::load(fixture().join("reference.safetensors"), &Device::Cpu)
-            .unwrap();
-    let vae = VaeDecoder::load(&fixture().join("base/vae"), &Device::Cpu, DType::F32).unwrap();
+    let r: HashMap<String, Tensor> = candle_core::safetensors::load(
+        common::fixture().join("reference.safetensors"),
+        &Device::Cpu,
+    )
+    .unwrap();
+    let vae = VaeDecoder::load(
+        &common::fixture().join("base/vae"),
+        &Device::Cpu,
+        DType::F32,
+    )
+    .unwrap();
     let latents = unpack_latents(&r["pipeline.f32.latents_final"], 8, 8).unwrap();
     let z = vae.scale(&latents).unwrap();
-    let e_in = max_abs_diff(&z, &r["pipeline.f32.vae_input"]);
+    let e_in = common::max_abs_diff(&z, &r["pipeline.f32.vae_input"]);
     let image = vae.decode_scaled(&r["pipeline.f32.vae_input"]).unwrap();
-    let e_out = max_abs_diff(&image, &r["pipeline.f32.vae_output"]);
+    let e_out = common::max_abs_diff(&image, &r["pipeline.f32.vae_output"]);
     eprintln!("decoder input {e_in:.3e}, output {e_out:.3e} from diffusers'");
     assert!(e_in <= 2e-6 && e_out <= 5e-5);
     // 8-bit pixels: those of diffusers' image (its post-processing in f32), at most one level
@@ -66,7 +54,7 @@ fn the_decoder_gives_the_pipelines_image() {
 fn a_bad_vae_config_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.json");
-    let text = std::fs::read_to_string(fixture().join("base/vae/config.json")).unwrap();
+    let text = std::fs::read_to_string(common::fixture().join("base/vae/config.json")).unwrap();
     std::fs::write(
         &path,
         text.replace("\"norm_num_groups\": 4", "\"norm_num_groups\": 3"),

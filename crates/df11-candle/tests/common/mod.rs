@@ -75,3 +75,23 @@ pub fn options() -> df11_candle::Df11Options {
     df11_candle::Df11Options::from_vars(|n| std::env::var(n).ok())
         .unwrap_or_else(|e| panic!("the test's DF11 variables: {e}"))
 }
+
+/// The real Qwen3-4B slice (`canary/qwen3-4b-layer0-slice.safetensors`: one unit's six arrays
+/// under their bare names, and `expected_bf16`).
+pub fn canary_index() -> df11_candle::SafetensorsIndex {
+    let path = fixtures().join("canary/qwen3-4b-layer0-slice.safetensors");
+    df11_candle::SafetensorsIndex::open_files(&[path]).unwrap()
+}
+
+/// The slice's unit tensors.
+pub fn canary_unit(idx: &df11_candle::SafetensorsIndex) -> df11_candle::UnitTensors<'_> {
+    let get = |n: &str| idx.get(n).unwrap().data;
+    df11_candle::UnitTensors {
+        encoded_exponent: get("encoded_exponent"),
+        sign_mantissa: get("sign_mantissa"),
+        luts: get("luts"),
+        gaps: get("gaps"),
+        output_positions: get("output_positions"),
+        split_positions: get("split_positions"),
+    }
+}
