@@ -47,7 +47,12 @@ for line in open(os.path.join(suite, "build.json")):
 open(os.path.join(suite, "tests.txt"), "w").write("\n".join(lines) + "\n")
 PY
 rm "$SUITE/build.json"
-cp "$TARGET/release/gpu_bench" "$TARGET/release/sanitizer_probe" "$TARGET/release/tc_probe" "$SUITE/"
+# The bench binaries (gpu_bench: the suite's bench part; sanitizer_probe: its sanitize part;
+# tc_probe: kernel measurements). SUITE_NO_BENCH=1 leaves them out, for a pack that must stay
+# small (then run the tests and variants parts only).
+benches=(gpu_bench sanitizer_probe tc_probe)
+[ -z "${SUITE_NO_BENCH:-}" ] || benches=()
+for b in "${benches[@]}"; do cp "$TARGET/release/$b" "$SUITE/"; done
 # The end-to-end bench's tools (scripts/gpu-e2e-run.sh uses them).
 cp "$TARGET/release/synth_model" "$TARGET/release/df11" "$TARGET/release/qwen3-df11-bench" "$SUITE/"
 # The model binaries, for the models' end-to-end CLI tests (found through DF11_BIN_DIR); a
@@ -62,7 +67,7 @@ done
 # larger than all of them stores those bytes once (2.5 GB -> ~47 MB; ~10 GB of RAM to pack).
 # SUITE_SYMBOLS="modules_exact ...": those test binaries keep their symbols (backtraces of a
 # hang under cuda-gdb name the functions: scripts/gpu-test-replay.sh).
-for f in "$SUITE"/*-* "$SUITE/gpu_bench" "$SUITE/sanitizer_probe" "$SUITE/tc_probe" "$SUITE/synth_model" "$SUITE/df11"; do
+for f in "$SUITE"/*-* "${benches[@]/#/$SUITE/}" "$SUITE/synth_model" "$SUITE/df11"; do
   keep=""
   for s in ${SUITE_SYMBOLS:-}; do [[ $(basename "$f") == "$s"-* ]] && keep=1; done
   [ -n "$keep" ] || strip "$f"
