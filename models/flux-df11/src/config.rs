@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::error::{FluxError, Result};
+use crate::error::{read_json, FluxError, Result};
 
 /// The shape of a FLUX transformer, as diffusers writes it in `transformer/config.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -49,12 +49,8 @@ const MAX_BLOCKS: usize = 1024;
 impl FluxConfig {
     /// Reads and checks `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        let refuse = |reason: String| FluxError::Config {
-            path: path.to_path_buf(),
-            reason,
-        };
-        let text = std::fs::read_to_string(path).map_err(|e| refuse(e.to_string()))?;
-        let config: Self = serde_json::from_str(&text).map_err(|e| refuse(e.to_string()))?;
+        let refuse = |reason: String| FluxError::config(path, reason);
+        let config: Self = read_json(path)?;
         config.problem().map_or(Ok(config), |p| Err(refuse(p)))
     }
 

@@ -1,6 +1,6 @@
 //! [`FluxError`]: what loading or running the transformer can refuse, naming the file or field.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// An error of this crate.
 #[derive(Debug, thiserror::Error)]
@@ -26,3 +26,19 @@ pub enum FluxError {
 
 /// This crate's result.
 pub type Result<T> = std::result::Result<T, FluxError>;
+
+impl FluxError {
+    /// A refusal of the config file `path`.
+    pub(crate) fn config(path: &Path, reason: impl Into<String>) -> Self {
+        Self::Config {
+            path: path.to_path_buf(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// The JSON file `path` parsed into `T`; errors name the file.
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).map_err(|e| FluxError::config(path, e.to_string()))?;
+    serde_json::from_str(&text).map_err(|e| FluxError::config(path, e.to_string()))
+}

@@ -7,7 +7,7 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;
 
-use crate::error::{FluxError, Result};
+use crate::error::{read_json, FluxError, Result};
 
 /// `scheduler/scheduler_config.json` (the fields the sampler reads).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -58,12 +58,8 @@ fn max_seq() -> usize {
 impl SchedulerConfig {
     /// Reads and checks `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        let refuse = |reason: String| FluxError::Config {
-            path: path.to_path_buf(),
-            reason,
-        };
-        let text = std::fs::read_to_string(path).map_err(|e| refuse(e.to_string()))?;
-        let config: Self = serde_json::from_str(&text).map_err(|e| refuse(e.to_string()))?;
+        let refuse = |reason: String| FluxError::config(path, reason);
+        let config: Self = read_json(path)?;
         if config.num_train_timesteps == 0 {
             return Err(refuse(
                 "num_train_timesteps = 0: expected at least 1".into(),

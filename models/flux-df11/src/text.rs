@@ -11,7 +11,7 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::{clip, t5};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
-use crate::error::{FluxError, Result};
+use crate::error::{read_json, FluxError, Result};
 
 /// CLIP's token length in FLUX pipelines.
 pub const CLIP_LENGTH: usize = 77;
@@ -26,16 +26,9 @@ pub struct TextEncoders {
 }
 
 /// The parsed `config.json` of `dir`, errors naming the file.
-fn read_json(dir: &Path) -> Result<(PathBuf, serde_json::Value)> {
+fn read_config(dir: &Path) -> Result<(PathBuf, serde_json::Value)> {
     let path = dir.join("config.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| FluxError::Config {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
-    let value = serde_json::from_str(&text).map_err(|e| FluxError::Config {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
+    let value = read_json(&path)?;
     Ok((path, value))
 }
 
@@ -104,7 +97,7 @@ fn pad_token(dir: &Path, default: &str) -> String {
 
 /// candle's CLIP text config from `text_encoder/config.json`.
 fn clip_config(dir: &Path) -> Result<clip::text_model::ClipTextConfig> {
-    let (path, v) = read_json(dir)?;
+    let (path, v) = read_config(dir)?;
     let size = |field: &str| -> Result<usize> {
         v.get(field)
             .and_then(serde_json::Value::as_u64)
@@ -152,7 +145,7 @@ impl TextEncoders {
             &clip_config(&clip_dir)?,
         )?;
         let t5_dir = base.join("text_encoder_2");
-        let (path, v) = read_json(&t5_dir)?;
+        let (path, v) = read_config(&t5_dir)?;
         let t5_config: t5::Config = serde_json::from_value(v).map_err(|e| FluxError::Config {
             path,
             reason: e.to_string(),

@@ -7,7 +7,7 @@ use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::{conv2d, group_norm, linear, Conv2d, Conv2dConfig, GroupNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
-use crate::error::{FluxError, Result};
+use crate::error::{read_json, FluxError, Result};
 
 /// `vae/config.json` (the fields the decoder reads).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -44,12 +44,8 @@ const EPS: f64 = 1e-6;
 impl VaeConfig {
     /// Reads and checks `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        let refuse = |reason: String| FluxError::Config {
-            path: path.to_path_buf(),
-            reason,
-        };
-        let text = std::fs::read_to_string(path).map_err(|e| refuse(e.to_string()))?;
-        let c: Self = serde_json::from_str(&text).map_err(|e| refuse(e.to_string()))?;
+        let refuse = |reason: String| FluxError::config(path, reason);
+        let c: Self = read_json(path)?;
         let ok = |v: usize| (1..=1 << 16).contains(&v);
         if c.block_out_channels.is_empty() || !c.block_out_channels.iter().all(|&v| ok(v)) {
             return Err(refuse(format!(
