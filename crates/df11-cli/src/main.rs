@@ -72,6 +72,8 @@ fn main() -> Result<()> {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
+    // The one place `df11` reads its environment (the `DF11_*` settings, `HF_HUB_OFFLINE`).
+    let env = df11_llm::args::Vars::from_os(std::env::vars_os());
     match cli.command {
         Command::Compress {
             src,
@@ -81,12 +83,12 @@ fn main() -> Result<()> {
         } => compress(src, dst, pattern_dict, units_in_flight),
         Command::Inspect { dir, decode } => inspect(dir, decode),
         Command::Verify { df11, bf16 } => verify(df11, bf16),
-        Command::Run(args) => Ok(df11_llm::run_archs(&serve::architectures(), &args)?),
+        Command::Run(args) => Ok(df11_llm::run_archs(&serve::architectures(), &args, &env)?),
         Command::Chat(mut args) => {
             args.interactive = true;
-            Ok(df11_llm::run_archs(&serve::architectures(), &args)?)
+            Ok(df11_llm::run_archs(&serve::architectures(), &args, &env)?)
         }
-        Command::Serve(args) => serve::serve(*args),
+        Command::Serve(args) => serve::serve(*args, &env),
     }
 }
 

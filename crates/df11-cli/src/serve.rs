@@ -46,11 +46,12 @@ pub struct ServeArgs {
     max_body_bytes: usize,
 }
 
-/// Runs the server until the process ends.
-pub fn serve(args: ServeArgs) -> Result<()> {
+/// Runs the server until the process ends (`env`: the process environment, for the model's
+/// settings and `DF11_API_KEY`).
+pub fn serve(args: ServeArgs, env: &df11_llm::args::Vars) -> Result<()> {
     anyhow::ensure!(args.max_batch > 0, "--max-batch must be at least 1");
     let archs = architectures();
-    let opts = args.model.load_options(archs[0].default_repo, true)?;
+    let opts = args.model.load_options(archs[0].default_repo, true, env)?;
     let name = args.served_model_name.clone().unwrap_or_else(|| {
         match (&args.model.model_dir, &args.model.model_id) {
             (Some(dir), _) => dir
@@ -65,7 +66,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         port: args.port,
         api_key: args
             .api_key
-            .or_else(|| std::env::var("DF11_API_KEY").ok().filter(|k| !k.is_empty())),
+            .or_else(|| env.get("DF11_API_KEY").filter(|k| !k.is_empty())),
         served_model_name: name,
         max_batch: args.max_batch,
         max_queue: args.max_queue,

@@ -25,7 +25,7 @@ fn start(max_batch: usize) -> Scheduler {
     let archs = vec![ArchInfo::of::<qwen3_df11::Qwen3Arch>()];
     let opts = args
         .model
-        .load_options(archs[0].default_repo, false)
+        .load_options(archs[0].default_repo, false, &Default::default())
         .unwrap();
     let (scheduler, _) = Scheduler::start(
         // No end-of-sequence token: a request runs until the context is full.

@@ -84,11 +84,11 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
-    /// How decode steps run: the `DF11_*` variables of [`crate::model::DECODE_VARIABLES`], then
-    /// the flags.
-    pub fn decode_options(&self) -> crate::Result<crate::model::DecodeOptions> {
-        let mut options =
-            crate::model::DecodeOptions::from_vars(env_var).map_err(crate::LlmError::Usage)?;
+    /// How decode steps run: the `DF11_*` variables of [`crate::model::DECODE_VARIABLES`] in
+    /// `env`, then the flags.
+    pub fn decode_options(&self, env: &Vars) -> crate::Result<crate::model::DecodeOptions> {
+        let mut options = crate::model::DecodeOptions::from_vars(|name| env.get(name))
+            .map_err(crate::LlmError::Usage)?;
         options.max_context = self.max_context;
         if self.no_cuda_graph {
             options.cuda_graph = false;
@@ -97,13 +97,13 @@ impl ModelArgs {
     }
 
     /// How weights are laid out and multiplied on the GPU ([`weight_options`]).
-    pub fn weight_options(&self) -> crate::Result<df11_candle::Df11Options> {
-        weight_options(self.matmul, self.exponents)
+    pub fn weight_options(&self, env: &Vars) -> crate::Result<df11_candle::Df11Options> {
+        weight_options(self.matmul, self.exponents, env)
     }
 
-    /// The model source the flags name. `default_repo` is used when neither --model-id nor
-    /// --model-dir is given.
-    pub fn source(&self, default_repo: &str) -> ModelSource {
+    /// The model source the flags name (and `HF_HUB_OFFLINE` in `env`). `default_repo` is used
+    /// when neither --model-id nor --model-dir is given.
+    pub fn source(&self, default_repo: &str, env: &Vars) -> ModelSource {
         match &self.model_dir {
             Some(dir) => ModelSource::Local(dir.clone()),
             None => ModelSource::Hub {
@@ -112,18 +112,19 @@ impl ModelArgs {
                     .clone()
                     .unwrap_or_else(|| default_repo.to_string()),
                 revision: self.revision.clone(),
-                offline: self.offline || env_offline(),
+                offline: self.offline || env.offline(),
                 cache_dir: None,
             },
         }
     }
 
-    /// Everything [`crate::load`] needs, from the flags and the `DF11_*` variables; picks the
-    /// device.
+    /// Everything [`crate::load`] needs, from the flags and the `DF11_*` variables in `env`;
+    /// picks the device.
     pub fn load_options(
         &self,
         default_repo: &str,
         show_progress: bool,
+        env: &Vars,
     ) -> crate::Result<crate::LoadOptions> {
         let (device, split) = match self.devices.as_slice() {
             [] => (crate::device::select_device(self.cpu)?, None),
@@ -143,15 +144,15 @@ impl ModelArgs {
             (None, None) => crate::placement::Offload::None,
         };
         Ok(crate::LoadOptions {
-            source: self.source(default_repo),
+            source: self.source(default_repo, env),
             bf16: self.bf16,
             device,
             split,
             offload,
             dtype,
             show_progress,
-            weights: self.weight_options()?,
-            decode: self.decode_options()?,
+            weights: self.weight_options(env)?,
+            decode: self.decode_options(env)?,
         })
     }
 }
@@ -263,13 +264,14 @@ impl CommonArgs {
 }
 
 /// How weights are laid out and multiplied on the GPU: the `DF11_*` variables of
-/// [`df11_candle::options::VARIABLES`], then the `--matmul` and `--exponents` flags.
+/// [`df11_candle::options::VARIABLES`] in `env`, then the `--matmul` and `--exponents` flags.
 pub fn weight_options(
     matmul: Option<df11_candle::MatmulPath>,
     exponents: Option<df11_candle::ExponentForm>,
+    env: &Vars,
 ) -> crate::Result<df11_candle::Df11Options> {
-    let mut options =
-        df11_candle::Df11Options::from_vars(env_var).map_err(crate::LlmError::Usage)?;
+    let mut options = df11_candle::Df11Options::from_vars(|name| env.get(name))
+        .map_err(crate::LlmError::Usage)?;
     if let Some(path) = matmul {
         options.matmul = path;
     }
@@ -279,20 +281,49 @@ pub fn weight_options(
     Ok(options)
 }
 
-/// The environment variable `name`, where it is set (and Unicode). The binaries' flag handling
-/// is the one place the model programs read the environment.
-pub fn env_var(name: &str) -> Option<String> {
-    std::env::var(name).ok()
+/// The environment variables a program hands to the library: the binary reads its process
+/// environment once (`Vars::from_os(std::env::vars_os())`) and passes it down, so the library
+/// itself never reads the environment and tests can give any variables.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Vars(std::collections::BTreeMap<String, String>);
+
+impl Vars {
+    /// The variables of `vars` whose names and values are Unicode (others cannot name a
+    /// setting and are left out).
+    pub fn from_os(
+        vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    ) -> Self {
+        Self(
+            vars.into_iter()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .collect(),
+        )
+    }
+
+    /// The variable `name`, where set.
+    pub fn get(&self, name: &str) -> Option<String> {
+        self.0.get(name).cloned()
+    }
+
+    /// Whether `HF_HUB_OFFLINE` asks for offline mode (as huggingface_hub reads it).
+    pub fn offline(&self) -> bool {
+        self.get("HF_HUB_OFFLINE").is_some_and(|v| {
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "1" | "on" | "yes" | "true"
+            )
+        })
+    }
 }
 
-/// Whether `HF_HUB_OFFLINE` asks for offline mode (as huggingface_hub reads it).
-fn env_offline() -> bool {
-    env_var("HF_HUB_OFFLINE").is_some_and(|v| {
-        matches!(
-            v.trim().to_ascii_lowercase().as_str(),
-            "1" | "on" | "yes" | "true"
+impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Vars {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        Self(
+            iter.into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
         )
-    })
+    }
 }
 
 /// Parses the command line into `A` (a parser that flattens [`CommonArgs`]), showing
@@ -341,14 +372,17 @@ mod tests {
         assert_eq!(c.model.dtype, Some(ComputeDtype::F32));
         assert_eq!(c.repeat_penalty, 1.0);
         assert!(c.model.cpu && c.json && c.no_chat_template && !c.thinking);
-        assert_eq!(c.model.source("a/b"), ModelSource::Local("/m".into()));
+        assert_eq!(
+            c.model.source("a/b", &Vars::default()),
+            ModelSource::Local("/m".into())
+        );
         assert_eq!(c.prompts().unwrap(), vec!["hi".to_string()]);
 
         let hub = Cli::try_parse_from(["x", "--prompt", "p", "--offline", "--revision", "v1"])
             .unwrap()
             .common;
         assert_eq!(
-            hub.model.source("org/name"),
+            hub.model.source("org/name", &Vars::default()),
             ModelSource::Hub {
                 repo: "org/name".into(),
                 revision: Some("v1".into()),
@@ -393,5 +427,52 @@ mod tests {
             .unwrap()
             .common;
         assert!(c.prompts().unwrap_err().to_string().contains("none.txt"));
+    }
+
+    #[test]
+    fn settings_come_from_the_vars_the_binary_hands_over() {
+        let c = Cli::try_parse_from(["x", "--prompt", "p", "--matmul", "decode"])
+            .unwrap()
+            .common;
+        let none = Vars::default();
+        assert!(!none.offline());
+        let offline: Vars = [("HF_HUB_OFFLINE", "True")].into_iter().collect();
+        assert!(offline.offline());
+        let ModelSource::Hub {
+            offline: hub_offline,
+            ..
+        } = c.model.source("o/n", &offline)
+        else {
+            panic!("no --model-dir: a Hub source");
+        };
+        assert!(hub_offline);
+
+        // The variables set the options, the flags override them.
+        let vars: Vars = [("DF11_MATMUL", "fused"), ("DF11_EXPONENTS", "huffman")]
+            .into_iter()
+            .collect();
+        let w = c.model.weight_options(&vars).unwrap();
+        assert_eq!(w.matmul, df11_candle::MatmulPath::Decode);
+        assert_eq!(w.exponents, df11_candle::ExponentForm::Huffman);
+        assert_ne!(w, c.model.weight_options(&none).unwrap());
+        let bad: Vars = [("DF11_EXPONENTS", "zip")].into_iter().collect();
+        let e = c.model.weight_options(&bad).unwrap_err().to_string();
+        assert!(e.contains("DF11_EXPONENTS"), "{e}");
+        let e = c
+            .model
+            .decode_options(&[("DF11_CUDA_GRAPH", "maybe")].into_iter().collect());
+        assert!(e.unwrap_err().to_string().contains("DF11_CUDA_GRAPH"));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn vars_leave_out_what_is_not_unicode() {
+        use std::os::unix::ffi::OsStringExt;
+        let vars = Vars::from_os([
+            ("DF11_MATMUL".into(), "decode".into()),
+            ("BAD".into(), std::ffi::OsString::from_vec(vec![0xff, 0xfe])),
+        ]);
+        assert_eq!(vars.get("DF11_MATMUL").as_deref(), Some("decode"));
+        assert_eq!(vars.get("BAD"), None);
     }
 }

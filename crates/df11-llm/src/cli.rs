@@ -11,7 +11,7 @@ use serde::Serialize;
 use tokenizers::Tokenizer;
 
 use crate::app::{load_any, load_arch, ArchInfo, Loaded};
-use crate::args::CommonArgs;
+use crate::args::{CommonArgs, Vars};
 use crate::chat::{ChatTemplate, Message};
 use crate::config::GenerationDefaults;
 use crate::error::{LlmError, Result};
@@ -84,14 +84,15 @@ fn stdout_write(piece: &str) -> Result<()> {
     out.flush().map_err(io)
 }
 
-/// Runs the program for architecture `A`.
-pub fn run<A: crate::Architecture>(args: &CommonArgs) -> Result<()> {
-    run_archs(&[ArchInfo::of::<A>()], args)
+/// Runs the program for architecture `A`, with the flags `args` and the environment `env` the
+/// binary read.
+pub fn run<A: crate::Architecture>(args: &CommonArgs, env: &Vars) -> Result<()> {
+    run_archs(&[ArchInfo::of::<A>()], args, env)
 }
 
 /// Runs the program for whichever of `archs` the model's `config.json` names (the first one's
 /// default repo when no model is given).
-pub fn run_archs(archs: &[ArchInfo], args: &CommonArgs) -> Result<()> {
+pub fn run_archs(archs: &[ArchInfo], args: &CommonArgs, env: &Vars) -> Result<()> {
     let prompts = args.prompts()?;
     match (prompts.len(), args.interactive) {
         (0, false) => Err(LlmError::Usage(
@@ -101,17 +102,22 @@ pub fn run_archs(archs: &[ArchInfo], args: &CommonArgs) -> Result<()> {
         (n, true) if n > 0 => Err(LlmError::Usage(
             "--interactive takes its prompts from the terminal, not from --prompt".into(),
         )),
-        (1, false) => run_one(archs, args, &prompts[0]),
-        (_, false) => run_batch(archs, args, prompts),
-        (_, true) => run_chat(archs, args),
+        (1, false) => run_one(archs, args, env, &prompts[0]),
+        (_, false) => run_batch(archs, args, env, prompts),
+        (_, true) => run_chat(archs, args, env),
     }
 }
 
 /// Loads the model of `args` with `archs`, reporting on stderr.
-fn load(archs: &[ArchInfo], args: &CommonArgs, show_progress: bool) -> Result<(ArchInfo, Loaded)> {
+fn load(
+    archs: &[ArchInfo],
+    args: &CommonArgs,
+    env: &Vars,
+    show_progress: bool,
+) -> Result<(ArchInfo, Loaded)> {
     let opts = args
         .model
-        .load_options(archs[0].default_repo, show_progress)?;
+        .load_options(archs[0].default_repo, show_progress, env)?;
     let started = Instant::now();
     let (arch, loaded) = if archs.len() == 1 {
         (archs[0], load_arch(&archs[0], &opts)?)
@@ -139,9 +145,9 @@ fn load(archs: &[ArchInfo], args: &CommonArgs, show_progress: bool) -> Result<(A
 }
 
 /// One prompt: streamed text and a report, or one JSON object.
-fn run_one(archs: &[ArchInfo], args: &CommonArgs, prompt: &str) -> Result<()> {
+fn run_one(archs: &[ArchInfo], args: &CommonArgs, env: &Vars, prompt: &str) -> Result<()> {
     interrupt::install();
-    let (_, mut loaded) = load(archs, args, !args.json)?;
+    let (_, mut loaded) = load(archs, args, env, !args.json)?;
     let prompt = prompt_ids(&loaded, prompt, !args.no_chat_template, args.thinking)?;
     let params = GenerationParams {
         max_new_tokens: args.max_new_tokens,
@@ -194,15 +200,17 @@ fn eos_ids(args: &CommonArgs, defaults: &GenerationDefaults) -> Vec<u32> {
 fn start_scheduler(
     archs: &[ArchInfo],
     args: &CommonArgs,
+    env: &Vars,
     max_batch: usize,
     max_queue: usize,
 ) -> Result<(Scheduler, crate::serving::ModelInfo)> {
     interrupt::install();
     let archs = archs.to_vec();
     let loader_args = args.clone();
+    let env = env.clone();
     Scheduler::start(
         Box::new(move || {
-            let (_, mut loaded) = load(&archs, &loader_args, !loader_args.json)?;
+            let (_, mut loaded) = load(&archs, &loader_args, &env, !loader_args.json)?;
             loaded.defaults.eos_token_ids = eos_ids(&loader_args, &loaded.defaults);
             Ok(loaded)
         }),
@@ -274,8 +282,14 @@ fn collect(
 }
 
 /// Several prompts run together (continuous batching, up to 64 at once).
-fn run_batch(archs: &[ArchInfo], args: &CommonArgs, prompts: Vec<String>) -> Result<()> {
-    let (scheduler, info) = start_scheduler(archs, args, prompts.len().min(64), prompts.len())?;
+fn run_batch(
+    archs: &[ArchInfo],
+    args: &CommonArgs,
+    env: &Vars,
+    prompts: Vec<String>,
+) -> Result<()> {
+    let (scheduler, info) =
+        start_scheduler(archs, args, env, prompts.len().min(64), prompts.len())?;
     let started = Instant::now();
     let mut pending = Vec::with_capacity(prompts.len());
     for p in &prompts {
@@ -316,8 +330,8 @@ fn run_batch(archs: &[ArchInfo], args: &CommonArgs, prompts: Vec<String>) -> Res
 }
 
 /// A chat in the terminal: the conversation is kept; each answer streams, then its speed.
-fn run_chat(archs: &[ArchInfo], args: &CommonArgs) -> Result<()> {
-    let (scheduler, info) = start_scheduler(archs, args, 1, 1)?;
+fn run_chat(archs: &[ArchInfo], args: &CommonArgs, env: &Vars) -> Result<()> {
+    let (scheduler, info) = start_scheduler(archs, args, env, 1, 1)?;
     let mut messages: Vec<Message> = Vec::new();
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();

@@ -11,9 +11,9 @@
 //!
 //! - `cuda`: the CUDA path (step kernels, CUDA graphs, placement over GPUs).
 //! - `cli`: the model programs' command line (`args`, `cli`: the shared flags, the `DF11_*`
-//!   variables read into [`df11_candle::Df11Options`] and [`DecodeOptions`], the run and chat
-//!   front ends).
-//! - `bench`: the end-to-end bench's measurement loop (`bench`).
+//!   variables the binary hands over read into [`df11_candle::Df11Options`] and
+//!   [`DecodeOptions`], the run and chat front ends) and the end-to-end bench's measurement
+//!   loop (`bench`).
 //! - `testing`: the shared model tests (`testing`, `model_tests!`) the model crates run.
 
 #![warn(missing_docs)]
@@ -23,7 +23,7 @@ pub mod app;
 #[cfg(feature = "cli")]
 pub mod args;
 pub mod attention;
-#[cfg(feature = "bench")]
+#[cfg(feature = "cli")]
 pub mod bench;
 pub mod chat;
 #[cfg(feature = "cli")]

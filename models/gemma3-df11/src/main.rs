@@ -1,7 +1,7 @@
 //! `gemma3-df11`: run a DF11 (or, with --bf16, a plain BF16) Gemma 3 model.
 
 use clap::Parser;
-use df11_llm::{parse_args, Architecture, CommonArgs};
+use df11_llm::{args::Vars, parse_args, Architecture, CommonArgs};
 use gemma3_df11::Gemma3Arch;
 
 /// Gemma 3 with DFloat11-compressed weights (lossless; bit-identical to the BF16 model).
@@ -14,6 +14,6 @@ struct Cli {
 
 fn main() -> anyhow::Result<()> {
     let cli: Cli = parse_args(Gemma3Arch::DEFAULT_REPO);
-    df11_llm::run::<Gemma3Arch>(&cli.common)?;
+    df11_llm::run::<Gemma3Arch>(&cli.common, &Vars::from_os(std::env::vars_os()))?;
     Ok(())
 }

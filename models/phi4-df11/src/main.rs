@@ -1,7 +1,7 @@
 //! `phi4-df11`: run a DF11 (or, with --bf16, a plain BF16) Phi-4 model.
 
 use clap::Parser;
-use df11_llm::{parse_args, Architecture, CommonArgs};
+use df11_llm::{args::Vars, parse_args, Architecture, CommonArgs};
 use phi4_df11::Phi4Arch;
 
 /// Phi-4 with DFloat11-compressed weights (lossless; bit-identical to the BF16 model).
@@ -14,6 +14,6 @@ struct Cli {
 
 fn main() -> anyhow::Result<()> {
     let cli: Cli = parse_args(Phi4Arch::DEFAULT_REPO);
-    df11_llm::run::<Phi4Arch>(&cli.common)?;
+    df11_llm::run::<Phi4Arch>(&cli.common, &Vars::from_os(std::env::vars_os()))?;
     Ok(())
 }

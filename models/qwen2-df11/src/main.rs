@@ -2,7 +2,7 @@
 //! model.
 
 use clap::Parser;
-use df11_llm::{parse_args, Architecture, CommonArgs};
+use df11_llm::{args::Vars, parse_args, Architecture, CommonArgs};
 use qwen2_df11::Qwen2Arch;
 
 /// Qwen2 / DeepSeek-R1-Distill-Qwen with DFloat11-compressed weights (lossless; bit-identical to
@@ -16,6 +16,6 @@ struct Cli {
 
 fn main() -> anyhow::Result<()> {
     let cli: Cli = parse_args(Qwen2Arch::DEFAULT_REPO);
-    df11_llm::run::<Qwen2Arch>(&cli.common)?;
+    df11_llm::run::<Qwen2Arch>(&cli.common, &Vars::from_os(std::env::vars_os()))?;
     Ok(())
 }

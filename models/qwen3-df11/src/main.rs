@@ -1,7 +1,7 @@
 //! `qwen3-df11`: run a DF11 (or, with --bf16, a plain BF16) Qwen3 model.
 
 use clap::Parser;
-use df11_llm::{parse_args, Architecture, CommonArgs};
+use df11_llm::{args::Vars, parse_args, Architecture, CommonArgs};
 use qwen3_df11::Qwen3Arch;
 
 /// Qwen3 with DFloat11-compressed weights (lossless; bit-identical to the BF16 model).
@@ -14,6 +14,6 @@ struct Cli {
 
 fn main() -> anyhow::Result<()> {
     let cli: Cli = parse_args(Qwen3Arch::DEFAULT_REPO);
-    df11_llm::run::<Qwen3Arch>(&cli.common)?;
+    df11_llm::run::<Qwen3Arch>(&cli.common, &Vars::from_os(std::env::vars_os()))?;
     Ok(())
 }

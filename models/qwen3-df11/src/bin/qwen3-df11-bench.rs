@@ -11,8 +11,8 @@ use candle_transformers::models::qwen3;
 use clap::Parser;
 use df11_llm::bench::{bench_model, measure, vocab_size, BenchOptions, BenchResult};
 use df11_llm::{
-    args::env_var, cuda_devices, select_device, select_dtype, ComputeDtype, DecodeOptions,
-    DeviceMap, ModelConfig, Offload, PeakMemory,
+    cuda_devices, select_device, select_dtype, ComputeDtype, DecodeOptions, DeviceMap, ModelConfig,
+    Offload, PeakMemory,
 };
 use qwen3_df11::Qwen3Arch;
 
@@ -105,6 +105,7 @@ fn bench_stock(opts: &BenchOptions) -> anyhow::Result<BenchResult> {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    let env = df11_llm::args::Vars::from_os(std::env::vars_os());
     let (device, split) = if cli.devices.is_empty() {
         (select_device(cli.cpu)?, None)
     } else {
@@ -137,8 +138,8 @@ fn main() -> anyhow::Result<()> {
         seed: 7,
         cuda_graph: !cli.no_cuda_graph,
         prefill_chunk: cli.prefill_chunk,
-        weights: df11_llm::args::weight_options(cli.matmul, cli.exponents)?,
-        decode: DecodeOptions::from_vars(env_var).map_err(anyhow::Error::msg)?,
+        weights: df11_llm::args::weight_options(cli.matmul, cli.exponents, &env)?,
+        decode: DecodeOptions::from_vars(|name| env.get(name)).map_err(anyhow::Error::msg)?,
     };
     let r = if cli.stock {
         bench_stock(&opts)?
