@@ -33,6 +33,12 @@ impl ModelSource {
     /// The local folder holding the model: the folder itself, or the cached snapshot of the
     /// repo (downloaded first unless offline). `show_progress` draws a download bar.
     pub fn resolve(&self, show_progress: bool) -> Result<PathBuf> {
+        self.resolve_files(&MODEL_FILE_PATTERNS, show_progress)
+    }
+
+    /// As [`Self::resolve`], downloading only the repo files that match `patterns` (globs over
+    /// the paths in the repo, e.g. `vae/*`).
+    pub fn resolve_files(&self, patterns: &[&str], show_progress: bool) -> Result<PathBuf> {
         match self {
             Self::Local(dir) => {
                 if dir.is_dir() {
@@ -51,6 +57,7 @@ impl ModelSource {
                 revision.as_deref(),
                 *offline,
                 cache_dir.clone(),
+                patterns,
                 show_progress,
             ),
         }
@@ -62,6 +69,7 @@ fn resolve_hub(
     revision: Option<&str>,
     offline: bool,
     cache_dir: Option<PathBuf>,
+    patterns: &[&str],
     show_progress: bool,
 ) -> Result<PathBuf> {
     let cache = cache_dir.unwrap_or_else(hf_hub::resolve_cache_dir);
@@ -96,7 +104,7 @@ fn resolve_hub(
     let downloaded = repo
         .snapshot_download()
         .maybe_revision(revision.map(str::to_string))
-        .allow_patterns(MODEL_FILE_PATTERNS.iter().map(|p| p.to_string()).collect())
+        .allow_patterns(patterns.iter().map(|p| p.to_string()).collect())
         .progress(bar.handler())
         .send();
     bar.finish();
