@@ -16,12 +16,56 @@ pub enum FluxError {
     /// An input of the wrong shape or dtype.
     #[error("{0}")]
     Input(String),
+    /// A file the pipeline needs is missing from a model folder or a cached Hub repo.
+    #[error("{source_name}: missing `{file}` (in {dir})")]
+    MissingFile {
+        /// The repo (`owner/name (revision r)`) or the folder it was looked for in.
+        source_name: String,
+        /// The folder (for a Hub repo, its snapshot in the cache).
+        dir: PathBuf,
+        /// The file's path in the folder.
+        file: String,
+    },
+    /// The Hub refused access to a repo (a gated one such as FLUX.1-dev without a token, or
+    /// with a token whose account has not accepted the repo's license).
+    #[error(
+        "{repo}: the Hugging Face Hub refused access ({source}); FLUX.1-dev and FLUX.1-Krea-dev \
+         are gated: accept the license on the repo's page and give a token (HF_TOKEN, or \
+         `hf auth login`)"
+    )]
+    HubAccess {
+        /// `owner/name`.
+        repo: String,
+        /// The Hub's answer.
+        source: Box<df11_llm::LlmError>,
+    },
+    /// The weights do not fit the config (block counts).
+    #[error("{dir}: {reason}")]
+    Mismatch {
+        /// The weights' folder.
+        dir: PathBuf,
+        /// What differs, naming the config field and the tensors.
+        reason: String,
+    },
+    /// A usage error: flags that do not go together or name no repo.
+    #[error("{0}")]
+    Usage(String),
+    /// Resolving a model source failed (a folder not found, a repo not in the Hugging Face
+    /// cache, the Hub unreachable).
+    #[error(transparent)]
+    Source(Box<df11_llm::LlmError>),
     /// The weights (a DF11 folder or a BF16 one) were refused.
     #[error(transparent)]
     Df11(#[from] df11_candle::Df11Error),
     /// A tensor operation failed.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
+}
+
+impl From<df11_llm::LlmError> for FluxError {
+    fn from(e: df11_llm::LlmError) -> Self {
+        Self::Source(Box::new(e))
+    }
 }
 
 /// This crate's result.

@@ -5,7 +5,8 @@
 //! block (`transformer_blocks.N`, `single_transformer_blocks.N`); the text encoders, the VAE
 //! and the scheduler come from the BF16 base repo. [`FluxTransformer`] runs that transformer
 //! with its weights kept compressed on the device (or from a plain BF16 folder, the bit-for-bit
-//! reference).
+//! reference). Both repos are local folders or Hub repos resolved through the Hugging Face
+//! cache ([`source`]).
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -32,14 +33,19 @@ pub mod config;
 pub mod embed;
 pub mod error;
 pub mod pipeline;
+pub mod report;
 pub mod sampling;
+pub mod source;
 pub mod text;
+pub mod tokenizer;
 pub mod transformer;
 pub mod vae;
 
 pub use config::FluxConfig;
 pub use error::{FluxError, Result};
+pub use report::RunReport;
 pub use sampling::SchedulerConfig;
+pub use source::{FluxSources, ResolvedFolders, SourceOptions};
 pub use text::TextEncoders;
 pub use transformer::{FluxInputs, FluxTransformer};
 pub use vae::{VaeConfig, VaeDecoder};

@@ -1,7 +1,9 @@
 //! `flux-df11`: a FLUX.1 image from a prompt, the transformer kept DF11-compressed on the device.
 //!
-//!     cargo run --release -p flux-df11 [--features cuda] -- --model-dir DF11_TRANSFORMER \
-//!         --base-dir FLUX_BASE_REPO --prompt "..." --out image.png
+//!     cargo run --release -p flux-df11 [--features cuda] -- --prompt "..." --out image.png
+//!     # another DF11 repo (its base repo follows), or local folders:
+//!     ... -- --model-id DFloat11/FLUX.1-dev-DF11 --prompt "..."
+//!     ... -- --model-dir DF11_TRANSFORMER --base-dir FLUX_BASE_FOLDER --prompt "..."
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -10,10 +12,11 @@ use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device};
 use clap::Parser;
 use df11_candle::WeightFormat;
+use df11_llm::PeakMemory;
 use flux_df11::pipeline::{
     decode, denoise, encode_prompt, load_transformer, GenerateOptions, PipelineFolders,
 };
-use flux_df11::{SchedulerConfig, VaeDecoder};
+use flux_df11::{RunReport, SchedulerConfig, SourceOptions, VaeDecoder};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -27,13 +30,35 @@ struct Cli {
     /// Where the PNG goes.
     #[arg(long, default_value = "flux.png")]
     out: PathBuf,
-    /// The DF11 transformer folder (a DFloat11/FLUX.1-*-DF11 repo).
+    /// The DF11 transformer's Hugging Face Hub repo [default: DFloat11/FLUX.1-schnell-DF11].
     #[arg(long)]
-    model_dir: PathBuf,
-    /// The base pipeline folder (black-forest-labs/FLUX.1-*: scheduler, text encoders,
-    /// tokenizers, VAE and the transformer's config).
+    model_id: Option<String>,
+    /// Its revision: branch, tag or commit [default: main].
     #[arg(long)]
-    base_dir: PathBuf,
+    revision: Option<String>,
+    /// A local DF11 transformer folder instead of the Hub repo.
+    #[arg(long, conflicts_with_all = ["model_id", "revision"])]
+    model_dir: Option<PathBuf>,
+    /// The base pipeline's Hub repo (scheduler, text encoders, tokenizers, VAE and the
+    /// transformer's config) [default: black-forest-labs/FLUX.1-<variant> of a
+    /// DFloat11/FLUX.1-<variant>-DF11 repo].
+    #[arg(long)]
+    base_id: Option<String>,
+    /// Its revision: branch, tag or commit [default: main].
+    #[arg(long)]
+    base_revision: Option<String>,
+    /// A local base pipeline folder instead of the Hub repo.
+    #[arg(long, conflicts_with_all = ["base_id", "base_revision"])]
+    base_dir: Option<PathBuf>,
+    /// Use only the local Hugging Face cache; never touch the network (also set by
+    /// HF_HUB_OFFLINE=1).
+    #[arg(long)]
+    offline: bool,
+    /// The Hugging Face cache folder [default: $HF_HUB_CACHE, else $HF_HOME/hub, else
+    /// ~/.cache/huggingface/hub]. Gated repos (FLUX.1-dev) take the token of HF_TOKEN,
+    /// HF_TOKEN_PATH or $HF_HOME/token.
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
     /// Image width in pixels (a multiple of 16).
     #[arg(long, default_value_t = 1024)]
     width: usize,
@@ -63,6 +88,29 @@ struct Cli {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    if !cli
+        .out
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("png"))
+    {
+        bail!(
+            "--out {}: the image is written as PNG (.png)",
+            cli.out.display()
+        );
+    }
+    let t0 = Instant::now();
+    let sources = SourceOptions {
+        model_id: cli.model_id.clone(),
+        revision: cli.revision.clone(),
+        model_dir: cli.model_dir.clone(),
+        base_id: cli.base_id.clone(),
+        base_revision: cli.base_revision.clone(),
+        base_dir: cli.base_dir.clone(),
+        offline: cli.offline || env_offline(),
+        cache_dir: cli.cache_dir.clone(),
+    }
+    .sources()?;
+    let folders = sources.resolve(cli.bf16, true)?;
     let device = if cli.cpu || !cfg!(feature = "cuda") {
         Device::Cpu
     } else {
@@ -73,7 +121,8 @@ fn main() -> Result<()> {
     } else {
         DType::F32
     };
-    let base = &cli.base_dir;
+    let mut memory = PeakMemory::new(&device);
+    let base = &folders.base;
     let config = flux_df11::FluxConfig::open(&base.join("transformer/config.json"))?;
     let steps = cli
         .steps
@@ -89,17 +138,7 @@ fn main() -> Result<()> {
         noise: None,
         seed: cli.seed,
     };
-    if !cli
-        .out
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("png"))
-    {
-        bail!(
-            "--out {}: the image is written as PNG (.png)",
-            cli.out.display()
-        );
-    }
-    let t0 = Instant::now();
+    let t1 = Instant::now();
     let prompt = encode_prompt(
         base,
         &cli.prompt,
@@ -107,46 +146,65 @@ fn main() -> Result<()> {
         dtype,
         options.max_sequence_length,
     )?;
-    let encode_s = t0.elapsed().as_secs_f64();
-    let t1 = Instant::now();
-    let (transformer_dir, format) = if cli.bf16 {
-        (base.join("transformer"), WeightFormat::Dense)
-    } else {
-        (cli.model_dir.clone(), WeightFormat::Df11)
+    memory.sample();
+    let encode_s = t1.elapsed().as_secs_f64();
+    let t2 = Instant::now();
+    let (transformer_dir, format) = match &folders.df11 {
+        Some(dir) => (dir.clone(), WeightFormat::Df11),
+        None => (base.join("transformer"), WeightFormat::Dense),
     };
-    let folders = PipelineFolders {
+    let pipeline = PipelineFolders {
         transformer: &transformer_dir,
         format,
         base,
     };
     let transformer = load_transformer(
-        &folders,
+        &pipeline,
         &device,
         dtype,
         df11_candle::Df11Options::default(),
     )?;
     let scheduler = SchedulerConfig::open(&base.join("scheduler/scheduler_config.json"))?;
-    let load_s = t1.elapsed().as_secs_f64();
+    let load_s = t2.elapsed().as_secs_f64();
     let bar = indicatif::ProgressBar::new(steps as u64);
-    let t2 = Instant::now();
-    let latents = denoise(&transformer, &scheduler, &prompt, &options, |_| bar.inc(1))?;
+    let t3 = Instant::now();
+    let latents = denoise(&transformer, &scheduler, &prompt, &options, |_| {
+        memory.sample();
+        bar.inc(1)
+    })?;
     device.synchronize()?;
     bar.finish_and_clear();
-    let denoise_s = t2.elapsed().as_secs_f64();
+    let denoise_s = t3.elapsed().as_secs_f64();
     drop(transformer);
+    let t4 = Instant::now();
     let vae = VaeDecoder::load(&base.join("vae"), &device, DType::F32)?;
     let image = decode(&vae, &latents, &options)?;
+    memory.sample();
+    let decode_s = t4.elapsed().as_secs_f64();
     write_png(&cli.out, &image)?;
-    eprintln!(
-        "{}x{} in {steps} steps: text {encode_s:.2} s, transformer loaded in {load_s:.2} s, \
-         {:.3} s/step ({denoise_s:.2} s), total {:.2} s -> {}",
-        image.width,
-        image.height,
-        denoise_s / steps as f64,
-        t0.elapsed().as_secs_f64(),
-        cli.out.display()
-    );
+    let report = RunReport {
+        width: image.width,
+        height: image.height,
+        steps,
+        encode_s,
+        load_s,
+        denoise_s,
+        decode_s,
+        total_s: t0.elapsed().as_secs_f64(),
+        peak_gpu_bytes: memory.peak(),
+    };
+    eprintln!("{}\nwrote {}", report.render(), cli.out.display());
     Ok(())
+}
+
+/// Whether `HF_HUB_OFFLINE` asks for offline mode (as huggingface_hub reads it).
+fn env_offline() -> bool {
+    std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "1" | "on" | "yes" | "true"
+        )
+    })
 }
 
 /// Writes `image` as an 8-bit RGB PNG.

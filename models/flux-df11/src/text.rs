@@ -1,7 +1,7 @@
 //! The text side of a FLUX pipeline: CLIP-L's pooled vector and T5's states for a prompt, with
 //! candle-transformers' models over the base repo's `text_encoder/` and `text_encoder_2/`
-//! (BF16, as FLUX.1 ships them) and their `tokenizer.json`s, as diffusers' `FluxPipeline`
-//! encodes a prompt: both padded to their length (CLIP 77, T5 `max_sequence_length`), no
+//! (BF16, as FLUX.1 ships them) and their tokenizers ([`crate::tokenizer`]), as diffusers'
+//! `FluxPipeline` encodes a prompt: both padded to their length (CLIP 77, T5 `max_sequence_length`), no
 //! attention mask (the padding is attended).
 
 use std::path::{Path, PathBuf};
@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::{clip, t5};
-use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+use tokenizers::Tokenizer;
 
 use crate::error::{read_json, FluxError, Result};
+use crate::tokenizer::{clip_tokenizer, padded, special_token, t5_tokenizer};
 
 /// CLIP's token length in FLUX pipelines.
 pub const CLIP_LENGTH: usize = 77;
@@ -57,42 +58,6 @@ pub(crate) fn var_builder(
     // SAFETY: the files are mapped read-only; they must not change while the model lives (as
     // for every candle model loaded from safetensors).
     Ok(unsafe { VarBuilder::from_mmaped_safetensors(&files, dtype, device)? })
-}
-
-/// The tokenizer of `dir` padded and truncated to `length` with `pad` (its token), as the
-/// pipeline calls it (`padding="max_length"`, `truncation=True`).
-fn tokenizer(dir: &Path, length: usize, pad: &str) -> Result<Tokenizer> {
-    let path = dir.join("tokenizer.json");
-    let refuse = |reason: String| FluxError::Config {
-        path: path.clone(),
-        reason,
-    };
-    let mut t = Tokenizer::from_file(&path).map_err(|e| refuse(e.to_string()))?;
-    let pad_id = t
-        .token_to_id(pad)
-        .ok_or_else(|| refuse(format!("no padding token `{pad}` in the vocabulary")))?;
-    t.with_truncation(Some(TruncationParams {
-        max_length: length,
-        ..Default::default()
-    }))
-    .map_err(|e| refuse(e.to_string()))?;
-    t.with_padding(Some(PaddingParams {
-        strategy: PaddingStrategy::Fixed(length),
-        pad_id,
-        pad_token: pad.to_string(),
-        ..Default::default()
-    }));
-    Ok(t)
-}
-
-/// The padding token of a tokenizer folder (`tokenizer_config.json`'s `pad_token`), else
-/// `default`.
-fn pad_token(dir: &Path, default: &str) -> String {
-    std::fs::read_to_string(dir.join("tokenizer_config.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|v| v.get("pad_token")?.as_str().map(str::to_string))
-        .unwrap_or_else(|| default.to_string())
 }
 
 /// candle's CLIP text config from `text_encoder/config.json`.
@@ -155,13 +120,19 @@ impl TextEncoders {
         let t5_tok = base.join("tokenizer_2");
         Ok(Self {
             clip,
-            clip_tokenizer: tokenizer(
+            clip_tokenizer: padded(
+                clip_tokenizer(&clip_tok)?,
                 &clip_tok,
                 CLIP_LENGTH,
-                &pad_token(&clip_tok, "<|endoftext|>"),
+                &special_token(&clip_tok, "pad_token", "<|endoftext|>"),
             )?,
             t5,
-            t5_tokenizer: tokenizer(&t5_tok, max_sequence_length, &pad_token(&t5_tok, "<pad>"))?,
+            t5_tokenizer: padded(
+                t5_tokenizer(&t5_tok)?,
+                &t5_tok,
+                max_sequence_length,
+                &special_token(&t5_tok, "pad_token", "<pad>"),
+            )?,
             device: device.clone(),
         })
     }

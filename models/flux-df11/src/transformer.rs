@@ -44,9 +44,52 @@ pub struct FluxInputs<'a> {
     pub txt_ids: &'a Tensor,
 }
 
+/// Refuses a config whose block counts are not the weights': `num_layers` double blocks
+/// (`transformer_blocks.N`) and `num_single_layers` single ones (`single_transformer_blocks.N`),
+/// numbered from 0 without gaps.
+fn check_block_counts(config: &FluxConfig, weights: &ModelWeights) -> Result<()> {
+    let names = weights.names();
+    for (prefix, field, count) in [
+        ("transformer_blocks", "num_layers", config.num_layers),
+        (
+            "single_transformer_blocks",
+            "num_single_layers",
+            config.num_single_layers,
+        ),
+    ] {
+        let mut present: Vec<usize> = names
+            .iter()
+            .filter_map(|n| {
+                n.strip_prefix(prefix)?
+                    .strip_prefix('.')?
+                    .split('.')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        present.sort_unstable();
+        present.dedup();
+        let mismatch = |what: String| {
+            Err(FluxError::Mismatch {
+                dir: weights.dir().to_path_buf(),
+                reason: format!("config {field} = {count}, but the weights {what}"),
+            })
+        };
+        if let Some(&extra) = present.iter().find(|&&i| i >= count) {
+            return mismatch(format!("hold `{prefix}.{extra}`"));
+        }
+        if let Some(gap) = (0..count).find(|i| present.binary_search(i).is_err()) {
+            return mismatch(format!("have no `{prefix}.{gap}`"));
+        }
+    }
+    Ok(())
+}
+
 impl FluxTransformer {
     /// Loads the transformer of `config` from `weights` (diffusers' names).
     pub fn load(config: &FluxConfig, weights: &ModelWeights) -> Result<Self> {
+        check_block_counts(config, weights)?;
         let (heads, head_dim) = (config.num_attention_heads, config.attention_head_dim);
         let dim = config.inner_dim();
         let double = (0..config.num_layers)

@@ -66,3 +66,21 @@ fn encoder_outputs_match_the_pipelines() {
     eprintln!("T5 states {e_states:.3e}, CLIP pooled {e_pooled:.3e} from diffusers'");
     assert!(e_states <= 1e-5 && e_pooled <= 1e-5);
 }
+
+#[test]
+fn a_base_without_clips_tokenizer_json_gives_the_same_ids() {
+    // As the FLUX.1 repos ship it: vocab.json + merges.txt only.
+    let tmp = tempfile::tempdir().unwrap();
+    common::copy_dir(&common::fixture().join("base"), tmp.path());
+    std::fs::remove_file(tmp.path().join("tokenizer/tokenizer.json")).unwrap();
+    let r = common::reference_json();
+    let length = r["max_sequence_length"].as_u64().unwrap() as usize;
+    let enc = TextEncoders::load(tmp.path(), &Device::Cpu, DType::F32, length).unwrap();
+    let (clip, _) = enc.token_ids(r["prompt"].as_str().unwrap()).unwrap();
+    assert_eq!(clip, ids(&r["tokens"]["clip"]["ids"]));
+    for check in r["tokens"]["extra_checks"].as_array().unwrap() {
+        let (clip, _) = enc.token_ids(check["text"].as_str().unwrap()).unwrap();
+        let want = ids(&check["clip_ids"]);
+        assert_eq!(&clip[..want.len()], want.as_slice(), "{check}");
+    }
+}
