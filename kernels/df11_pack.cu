@@ -1,4 +1,4 @@
-// The PACKED EXPONENTS form (crates/df11-candle/src/cuda/forms/packed.rs, df11_packed.cuh) built on the GPU at load,
+// The PACKED EXPONENTS form (crates/df11-candle/src/cuda/forms/packed/pack.rs, df11_packed.cuh) built on the GPU at load,
 // from a unit's BF16 values just decoded by df11_decode (whose status word the host checks first): the same
 // arrays, byte for byte, as PackedExponents::build makes on the CPU. Written for this project.
 //

@@ -100,7 +100,7 @@ __device__ __forceinline__ void fp_apply_held(uint32_t v, unsigned long long& he
     hi = (uint32_t)(e >> 32);
 }
 
-// THE TILE ORDER (crates/df11-candle/src/cuda/forms/tile_order.rs): a member [rows, cols] (rows % 8 == 0, cols % 256 == 0)
+// THE TILE ORDER (crates/df11-candle/src/cuda/forms/packed/tile_order.rs): a member [rows, cols] (rows % 8 == 0, cols % 256 == 0)
 // may be stored in the order (G, k, m, i, g, t, e) so that a tensor-core sub-step reads W consecutive elements. The
 // row-major index of the element at position p (both relative to the member's start; p < rows * cols < 2^32).
 __device__ __forceinline__ uint32_t tile_original(uint32_t p, uint32_t cols) {

@@ -22,9 +22,9 @@
 //   (k, then sb) starting from 0.0f, and the sum rounded to BF16. (At 8 rows or fewer the streaming kernels keep
 //   Q's sums in the m-tile's rows 8-15, the same arithmetic on the same operands.)
 // So the same (rows, cols, nb, steps) give bit-identical outputs for the same weights. The host chooses `steps`
-// from the shape and nb only (crates/df11-candle/src/cuda/products/tc.rs).
+// from the shape and nb only (crates/df11-candle/src/cuda/forms/packed/tc.rs).
 //
-// TILED MEMBERS (tiled != 0; crates/df11-candle/src/cuda/forms/tile_order.rs): the matrix is a whole member stored in the
+// TILED MEMBERS (tiled != 0; crates/df11-candle/src/cuda/forms/packed/tile_order.rs): the matrix is a whole member stored in the
 // tile order, so sub-step (G, k, m) is the W consecutive unit elements from base + 8 cols G + 16384 k + W m and lane
 // (g, t) reads their chunk lane 4g + t (the packed form's lane of those elements): the same weights in the same mma
 // slots as in row order, so the summation contract, and the twin, do not change.

@@ -19,7 +19,7 @@
 // PIPELINE, DECODE, ESCAPES: df11_tc_stream.cu's (stages of TS_DEPTH per warp, cp.async; df11_tc_stream.cuh). A warp's
 // sequence of sub-steps: tasks blockIdx.x, + gridDim.x, ...; in each, the `steps` sub-steps of its item.
 //
-// HOST GUARANTEES (crates/df11-candle/src/cuda/products/tc.rs): those of df11_tc_stream.cu, and: partial holds rows8 * ipg * nb
+// HOST GUARANTEES (crates/df11-candle/src/cuda/forms/packed/tc.rs): those of df11_tc_stream.cu, and: partial holds rows8 * ipg * nb
 // * 8 floats (rows8 = the row groups times 8), counters holds the row groups' counters, zero; 256 threads; dynamic
 // shared memory 8 * TS_DEPTH stages.
 

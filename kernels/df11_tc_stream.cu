@@ -20,7 +20,7 @@
 // SLOW (otherwise; rare: ~0.5% of sub-steps at a 3% escape rate): every pass reloads 8 bytes from global memory at the
 // lane's cursor, with the clamped reads of the other packed kernels.
 //
-// HOST GUARANTEES (crates/df11-candle/src/cuda/products/tc.rs): sm_80 or newer; 256 threads; cols % 256 == 0, cols <= 2048 *
+// HOST GUARANTEES (crates/df11-candle/src/cuda/forms/packed/tc.rs): sm_80 or newer; 256 threads; cols % 256 == 0, cols <= 2048 *
 // 256; 1 <= nb <= 16 * MT (<= 8 for the LOW kernels); x (and the twin's w) 16-byte aligned and contiguous; DF11: the
 // member [rows, cols] at base is whole, in the tile order, rows % 8 == 0, cols % 2048 == 0, base % 2048 == 0, its table
 // is (t0, t1), and sign_mantissa, codes, lane_starts and escapes start 16-byte aligned (the packed buffers of

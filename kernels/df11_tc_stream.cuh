@@ -11,7 +11,7 @@
 #include "llm_common.cuh"
 #include "df11_escape_table.cuh"
 // Stages per warp: TS_DEPTH - 1 sub-steps in flight (another value only by -D for measurements, with
-// DF11_TC_STREAM_DEPTH: crates/df11-candle/src/cuda/products/tc/stream.rs).
+// DF11_TC_STREAM_DEPTH: crates/df11-candle/src/cuda/forms/packed/tc/stream.rs).
 #ifndef TS_DEPTH
 #define TS_DEPTH 2
 #endif

@@ -33,7 +33,7 @@
 // streaming and panel kernels at every row count so far, even with its wgmma removed (-DWG_NO_MMA): the weight
 // pipeline, not the tensor cores, limits it. Off by default (DF11_TC_WG).
 //
-// HOST GUARANTEES (crates/df11-candle/src/cuda/products/tc_wg.rs): an sm_90a build on a 9.0 device; 128 * wgs threads (wgs = 1
+// HOST GUARANTEES (crates/df11-candle/src/cuda/forms/packed/tc_wg.rs): an sm_90a build on a 9.0 device; 128 * wgs threads (wgs = 1
 // to 3 warpgroups); cols % 2048 == 0, 2048 * 256 >= cols; 1 <= nb <= N; xp the wg_x_order of x for this N (cols * N
 // BF16, 128-byte aligned); DF11: the streaming kernel's guarantees (tiled members, whole chunks, packed buffers
 // 16-byte aligned); partial holds tiles * ipg * nb * 64 floats, counters one zero per tile; dynamic shared memory

@@ -1,7 +1,7 @@
 // Hopper primitives of the warpgroup tensor-core kernels (df11_tc_wg.cu): wgmma with A from registers and B from
 // shared memory by descriptor, mbarriers, and bulk copies from global to shared memory. Every instruction here exists
 // on sm_90a only: elsewhere these compile to a trap (the host launches the kernels on sm_90a builds and 9.0 devices
-// only, crates/df11-candle/src/cuda/products/tc_wg.rs).
+// only, crates/df11-candle/src/cuda/forms/packed/tc_wg.rs).
 
 #pragma once
 #include <stdint.h>

@@ -25,9 +25,9 @@
 #
 # One line per command, then a summary; exits non-zero if any command fails (the end of its
 # output is printed). A `cargo run` is built first with `cargo build` and the same arguments, so
-# that a build failure shows as one and the Hub commands' time limit covers only the run (a
-# workspace-wide build up front would not be reused: `cargo run -p X` unifies features for X
-# alone and rebuilds candle).
+# that a build failure shows as one and the Hub commands' time limit covers only the run. The
+# programs build their shared dependencies with the same features (crates/workspace-hack), so
+# each build after the first compiles only the program's own crates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 readme=${1:-README.md}

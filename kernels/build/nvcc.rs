@@ -69,7 +69,7 @@ impl Build {
         println!("cargo:rerun-if-changed={}", src.display());
         // The warpgroup kernels' wgmma, mbarrier and bulk copies exist only on the arch-specific
         // 9.0 target (`sm_90a`); on any other target they compile to traps and are never
-        // launched (`df11-candle/src/cuda/products/tc_wg.rs`).
+        // launched (`df11-candle/src/cuda/forms/packed/tc_wg.rs`).
         let cap = if name == "df11_tc_wg" && self.cap == "90" {
             "90a"
         } else {

@@ -114,7 +114,8 @@ pub mod tuning;
 // The modules by their former flat paths (`df11_candle::decode`, `df11_candle::unit`, ...), so
 // code written against them keeps compiling.
 pub use codec::{compress, decode, encode, huffman, verify};
-pub use cuda::{matmul, packed, segments};
+pub use cuda::huffman::segments;
+pub use cuda::{matmul, packed};
 pub use format::{config, model, patterns, safetensors_index, unit};
 pub use nn::{backend, group, linear, weights};
 
@@ -122,10 +123,10 @@ pub use codec::compress::{compress_model, CompressOptions, CompressProgress, Com
 pub use codec::decode::{decode_parallel, decode_sequential, DecodeTable};
 pub use codec::encode::{encode_unit, EncodedUnit};
 pub use codec::verify::{verify_model, Difference, VerifyReport};
+pub use cuda::huffman::segments::SegmentIndex;
 pub use cuda::matmul::{fused_plan, FusedKernel, MatmulPath};
+pub use cuda::packed::tile_order::{TileMembers, TileOrder};
 pub use cuda::packed::{ExponentForm, PackedExponents};
-pub use cuda::segments::SegmentIndex;
-pub use cuda::tile_order::{TileMembers, TileOrder};
 pub use error::{Df11Error, Result, UnitDefect};
 pub use format::config::{Df11Config, Pattern, PatternDict};
 pub use format::model::{Df11Model, Df11Unit};

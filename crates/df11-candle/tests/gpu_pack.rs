@@ -7,7 +7,7 @@
 
 mod common;
 
-use df11_candle::cuda::tile_order::{member_orders, tile_members};
+use df11_candle::cuda::packed::tile_order::{member_orders, tile_members};
 use df11_candle::packed::unit_exponents;
 use df11_candle::TileMembers;
 use df11_candle::{

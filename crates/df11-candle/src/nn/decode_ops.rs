@@ -86,7 +86,7 @@ pub(crate) enum Wanted<'a> {
     /// One element range.
     Elements(Range<usize>),
     /// Rows `[start, start + row_len)` for each start, one after another (packed units with no
-    /// tiled member, at most `ROWS_A_LAUNCH` rows: `crate::cuda::packed_kernels::decode_packed_rows`).
+    /// tiled member, at most `ROWS_A_LAUNCH` rows: `crate::cuda::packed::kernels::decode_packed_rows`).
     Rows { starts: &'a [usize], row_len: usize },
 }
 
@@ -94,7 +94,6 @@ pub(crate) enum Wanted<'a> {
 #[cfg(feature = "cuda")]
 pub(crate) struct SegmentDecodeOp<'a> {
     pub(crate) name: &'a str,
-    pub(crate) layout: &'a UnitLayout,
     pub(crate) on: &'a OnDevice,
     pub(crate) wanted: Wanted<'a>,
 }
@@ -114,23 +113,26 @@ impl CustomOp1 for SegmentDecodeOp<'_> {
         storage: &candle_core::CudaStorage,
         layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        use crate::cuda::packed_kernels::{decode_packed, decode_packed_rows};
+        use candle_core::backend::BackendStorage;
+
+        use crate::cuda::forms::DeviceForm;
         let Store::Cuda(unit) = &self.on.store else {
             candle_core::bail!("df11: unit `{}` is not on CUDA", self.name)
         };
-        match (&self.wanted, unit.packed()) {
-            (Wanted::Elements(e), Some(p)) => decode_packed(p, storage, layout, e.clone()),
-            (Wanted::Rows { starts, row_len }, Some(p)) => {
-                decode_packed_rows(p, storage, layout, starts, *row_len)
+        match (&self.wanted, unit.form()) {
+            (Wanted::Elements(e), Some(form)) => {
+                form.decode_range(storage, layout, e.clone(), storage.device())
             }
-            (Wanted::Elements(e), None) => {
-                let Some(args) = unit.segment_args(self.layout) else {
-                    candle_core::bail!("df11: unit `{}` has no segment index", self.name)
+            (Wanted::Rows { starts, row_len }, _) => {
+                let Some(p) = unit.packed() else {
+                    candle_core::bail!("df11: unit `{}` is not packed", self.name)
                 };
-                crate::cuda::fused::decode_segments(&args, storage, layout, e.clone())
+                crate::cuda::packed::kernels::decode_packed_rows(
+                    p, storage, layout, starts, *row_len,
+                )
             }
-            (Wanted::Rows { .. }, None) => {
-                candle_core::bail!("df11: unit `{}` is not packed", self.name)
+            (Wanted::Elements(_), None) => {
+                candle_core::bail!("df11: unit `{}` has no segment index", self.name)
             }
         }
     }

@@ -70,13 +70,11 @@ impl OnDevice {
         }
     }
 
-    pub(crate) fn has_segment_index(&self, layout: &UnitLayout) -> bool {
-        #[cfg(not(feature = "cuda"))]
-        let _ = layout;
+    pub(crate) fn has_segment_index(&self) -> bool {
         match &self.store {
             Store::Cpu { .. } => false,
             #[cfg(feature = "cuda")]
-            Store::Cuda(c) => c.segment_args(layout).is_some(),
+            Store::Cuda(c) => c.segment_args().is_some(),
         }
     }
 }
@@ -109,7 +107,7 @@ pub(crate) fn upload(
     layout: &UnitLayout,
     device: &Device,
     options: &crate::Df11Options,
-    orders: &[Option<crate::cuda::tile_order::TileOrder>],
+    orders: &[Option<crate::cuda::packed::tile_order::TileOrder>],
 ) -> Result<OnDevice> {
     #[cfg(not(feature = "cuda"))]
     let _ = (name, layout, options, orders);

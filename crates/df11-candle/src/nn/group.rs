@@ -76,7 +76,7 @@ pub struct UnitPlacement {
     pub offloaded: bool,
     /// `[rows, cols]` of member `i` at `shapes[i]` (missing or `None`: unknown). On CUDA, in the
     /// packed form, a member whose shape suits the tensor-core kernels is stored in their tile
-    /// order where [`Df11Options::tiles`] says so (`crate::cuda::tile_order`): the products read
+    /// order where [`Df11Options::tiles`] says so (`crate::cuda::packed::tile_order`): the products read
     /// it in long runs. Decoded weights and products are the same bits either way; a tiled
     /// member is used through the tensor-core kernels (or decoded), never the CUDA-core fused
     /// kernels.
@@ -130,7 +130,11 @@ impl Df11Group {
         options.check().map_err(Df11Error::Usage)?;
         let orders = if options.tiles != crate::TileMembers::Off {
             let ranges = layout.member_ranges();
-            crate::cuda::tile_order::member_orders(options.tiles, &ranges, &placement.shapes)
+            crate::cuda::packed::tile_order::member_orders(
+                options.tiles,
+                &ranges,
+                &placement.shapes,
+            )
         } else {
             Vec::new()
         };
@@ -304,8 +308,7 @@ impl Df11Group {
             let on = self.on_device()?;
             if let Store::Cuda(c) = &on.store {
                 let packed = c.packed().is_some();
-                if packed || (self.options.segment_decode && c.segment_args(&self.layout).is_some())
-                {
+                if packed || (self.options.segment_decode && c.segment_args().is_some()) {
                     if elements.end > self.layout.n_elements || elements.start > elements.end {
                         return Err(Df11Error::Usage(format!(
                             "elements {elements:?} outside the {} of `{}`",
@@ -314,7 +317,6 @@ impl Df11Group {
                     }
                     let op = SegmentDecodeOp {
                         name: &self.name,
-                        layout: &self.layout,
                         on: &on,
                         wanted: Wanted::Elements(elements),
                     };
@@ -343,7 +345,7 @@ impl Df11Group {
 
     #[cfg(feature = "cuda")]
     fn decode_rows_on_cuda(&self, starts: &[usize], row_len: usize) -> Result<Option<Tensor>> {
-        use crate::cuda::packed_kernels::ROWS_A_LAUNCH;
+        use crate::cuda::packed::kernels::ROWS_A_LAUNCH;
         let on = self.on_device()?;
         let Store::Cuda(c) = &on.store else {
             return Ok(None);
@@ -364,7 +366,6 @@ impl Df11Group {
         for some in starts.chunks(ROWS_A_LAUNCH) {
             let op = SegmentDecodeOp {
                 name: &self.name,
-                layout: &self.layout,
                 on: &on,
                 wanted: Wanted::Rows {
                     starts: some,
@@ -391,7 +392,7 @@ impl Df11Group {
     /// Whether the unit has a segment index on its device (the fused and segment kernels).
     pub fn has_segment_index(&self) -> bool {
         match &self.residency {
-            Residency::Resident(r) => r.has_segment_index(&self.layout),
+            Residency::Resident(r) => r.has_segment_index(),
             Residency::Offloaded(o) => o.has_segment_index(),
         }
     }

@@ -273,7 +273,7 @@ impl Module for Df11Linear {
             }
             Weight::Decoded(w) => {
                 if let Some(y) =
-                    crate::cuda::twin::twin_linear(w, self.bias.as_ref(), x, &self.options)?
+                    crate::cuda::dense::twin_linear(w, self.bias.as_ref(), x, &self.options)?
                 {
                     return Ok(y);
                 }

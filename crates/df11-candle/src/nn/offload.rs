@@ -60,7 +60,7 @@ impl Offloaded {
         layout: &UnitLayout,
         device: &Device,
         options: &crate::Df11Options,
-        orders: &[Option<crate::cuda::tile_order::TileOrder>],
+        orders: &[Option<crate::cuda::packed::tile_order::TileOrder>],
     ) -> Result<Self> {
         #[cfg(not(feature = "cuda"))]
         let _ = (name, options, orders);

@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use crate::codec::decode::{gap, load_be64, DecodeTable, BLOCK_BITS};
-use crate::cuda::segments::check_block_end;
+use crate::cuda::huffman::segments::check_block_end;
 use crate::error::UnitDefect;
 use crate::format::unit::{UnitLayout, UnitTensors};
 

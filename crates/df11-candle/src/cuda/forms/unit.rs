@@ -1,28 +1,20 @@
-//! The CUDA path: a unit's device buffers and the launch of the decode kernel
-//! (`kernels/df11_decode.cu`, compiled by the build script and embedded here).
-//!
-//! The kernel trusts only metadata the host validated ([`UnitLayout`]); whatever the bitstream
-//! and gaps hold, it stays in bounds and reports inconsistencies in a status word, which
-//! [`CudaUnit::check_status`] reads. The exponents' device form built on the host (the CPU part
-//! of a load, kept pinned for an offloaded unit) is in `unit/host.rs`.
+//! A unit's exponents on one CUDA device, in one of the device forms ([`super::huffman`],
+//! [`super::packed`]): how they are built and put on the device at load, and the operations
+//! every form offers, dispatched to the form. The exponents' device form built on the host (the
+//! CPU part of a load, kept pinned for an offloaded unit) is in `unit/host.rs`.
 
 use std::ops::Range;
 
-use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::sys::{
-    CUdevice_attribute, CUfunction_attribute_enum,
-};
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
-use candle_core::cuda_backend::{CudaDevice, WrapErr};
+use candle_core::cuda_backend::cudarc::driver::CudaSlice;
+use candle_core::cuda_backend::CudaDevice;
 use candle_core::{CudaStorage, Layout, Shape};
 
-use crate::codec::decode::{block_elements, decode_base};
-use crate::cuda::launch::push_args;
-use crate::cuda::module::{fatbin_module, Module};
+use super::huffman::{kernels::UnitArgs, HuffmanArrays, HuffmanBuffers};
+use super::packed::kernels::PackedBuffers;
+use crate::cuda::packed::tile_order::TileOrder;
 use crate::cuda::packed::ExponentForm;
-use crate::cuda::tile_order::TileOrder;
 use crate::cuda::upload::Uploader;
-use crate::error::{Df11Error, Result, UnitDefect};
+use crate::error::{Result, UnitDefect};
 use crate::format::unit::{UnitLayout, UnitTensors};
 
 mod host;
@@ -31,31 +23,6 @@ mod stream_decode;
 pub(crate) use host::HostExponents;
 pub use stream_decode::build_on_gpu_to_host;
 use stream_decode::decode_stream;
-
-const MODULE: Module = fatbin_module!("df11_decode");
-const KERNEL: &str = "df11_decode";
-const THREADS: u32 = 512;
-
-/// Shared-memory bytes for the kernel's tables and per-thread stages (`DF11_HDR(K)`).
-fn header_bytes(k: usize) -> usize {
-    1024 * k + 96 + THREADS as usize * 36
-}
-
-/// Status flags of the kernel (`DF11_ERR_*`).
-const FLAGS: [(u32, &str); 6] = [
-    (
-        1,
-        "a block decoded a number of codes different from its output_positions span",
-    ),
-    (2, "invalid code (LUT chain too deep or bad code length)"),
-    (
-        4,
-        "a thread's codes do not end where the next window's gap says",
-    ),
-    (8, "a block does not fit the shared memory given"),
-    (16, "misaligned buffer"),
-    (32, "bad launch arguments"),
-];
 
 /// Devices whose default memory pool already keeps freed memory.
 static POOLS_KEPT: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
@@ -94,41 +61,17 @@ pub(crate) struct CudaUnit {
     exponents: Exponents,
 }
 
-/// The two device forms of a unit's exponents.
+/// The device forms of a unit's exponents.
 enum Exponents {
-    /// The DF11 stream as in the file, for the block kernel, plus the segment index.
+    /// The DF11 stream as in the file, plus the segment index.
     Huffman(HuffmanBuffers),
     /// Re-packed at load (`crate::cuda::packed`): no Huffman stream on the device.
-    Packed(crate::cuda::packed_kernels::PackedBuffers),
-}
-
-struct HuffmanBuffers {
-    /// The segment index for the fused and segment kernels (`None`: stream too long for it).
-    segments: Option<crate::cuda::fused::SegmentBuffers>,
-    luts: CudaSlice<u8>,
-    codes: CudaSlice<u8>,
-    gaps: CudaSlice<u8>,
-    positions: CudaSlice<u32>,
-    status: std::sync::Mutex<CudaSlice<u32>>,
-    lut_rows: usize,
-    smem: u32,
-    ctas_per_sm: u32,
-    sms: u32,
-}
-
-/// The Huffman form's arrays on the device.
-struct HuffmanArrays {
-    luts: CudaSlice<u8>,
-    /// The stream padded with zero bytes as [`HuffmanHost`] pads it.
-    codes: CudaSlice<u8>,
-    gaps: CudaSlice<u8>,
-    positions: CudaSlice<u32>,
-    segments: Option<crate::cuda::fused::SegmentBuffers>,
+    Packed(PackedBuffers),
 }
 
 impl CudaUnit {
     /// Puts a unit's exponents on `device` in `form`: the packed form built on the GPU
-    /// from the stream (`crate::cuda::gpu_pack`, with `sign_mantissa` already there) where it
+    /// from the stream (`crate::cuda::packed::gpu_pack`, with `sign_mantissa` already there) where it
     /// applies, else [`HostExponents::build`] on the CPU, then [`CudaUnit::upload`]. A packed
     /// form stores the members `orders` tiles in the tile order and comes with the unit's
     /// `sign_mantissa` in that order (on the device), which replaces the file's.
@@ -147,8 +90,9 @@ impl CudaUnit {
             keep_pool_memory(device);
             let decode = || decode_stream(device, name, t, layout, sign_mantissa, options);
             let profiled = options.profile_load;
-            let built =
-                crate::cuda::gpu_pack::build(device, name, t, layout, orders, &decode, profiled)?;
+            let built = crate::cuda::packed::gpu_pack::build(
+                device, name, t, layout, orders, &decode, profiled,
+            )?;
             match built {
                 Some(p) if form == ExponentForm::Packed || p.fits() => {
                     let (buffers, sm) = p.into_buffers(device)?;
@@ -225,7 +169,16 @@ impl CudaUnit {
             positions: device.clone_htod(&layout.output_positions)?,
             segments: None,
         };
-        Self::huffman(device, arrays, layout.lut_rows, layout.max_block_elements)
+        Ok(Self {
+            device: device.clone(),
+            exponents: Exponents::Huffman(HuffmanBuffers::new(
+                device,
+                arrays,
+                layout.lut_rows,
+                layout.max_block_elements,
+                layout.n_elements,
+            )?),
+        })
     }
 
     /// Puts a host form on the uploader's device.
@@ -236,9 +189,7 @@ impl CudaUnit {
             HostExponents::Packed(p) => {
                 return Ok(Self {
                     device: device.clone(),
-                    exponents: Exponents::Packed(
-                        crate::cuda::packed_kernels::PackedBuffers::upload(up, p)?,
-                    ),
+                    exponents: Exponents::Packed(PackedBuffers::upload(up, p)?),
                 })
             }
             HostExponents::Huffman(h) => h,
@@ -249,79 +200,24 @@ impl CudaUnit {
             gaps: up.put(&h.gaps)?,
             positions: up.put(&h.positions)?,
             segments: match &h.segments {
-                Some(index) => Some(crate::cuda::fused::SegmentBuffers::upload(up, index)?),
+                Some(index) => Some(super::huffman::kernels::SegmentBuffers::upload(up, index)?),
                 None => None,
             },
         };
-        Self::huffman(device, arrays, h.lut_rows, h.max_block)
-    }
-
-    /// The Huffman form around its arrays on `device`, with the block kernel's launch settings
-    /// (`max_block`: the most elements a block outputs, the validated layout's).
-    fn huffman(
-        device: &CudaDevice,
-        arrays: HuffmanArrays,
-        lut_rows: usize,
-        max_block: usize,
-    ) -> Result<Self> {
-        let HuffmanArrays {
-            luts,
-            codes,
-            gaps,
-            positions,
-            segments,
-        } = arrays;
-        let status = std::sync::Mutex::new(device.alloc_zeros::<u32>(1)?);
-        let func = MODULE.func(device, KERNEL)?;
-        let ctx = device.cuda_stream().context().clone();
-        let sms = ctx
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .w()? as u32;
-        let max_smem = ctx
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
-            .w()? as usize;
-        // The kernel's direct mode (sign_mantissa read from global memory at copy-out): measured
-        // as fast as its staged mode on real-sized units, and it needs the least shared memory.
-        let cap = (max_block + 30) & !15;
-        let smem = header_bytes(lut_rows) + cap;
-        if smem > max_smem {
-            return Err(Df11Error::Usage(format!(
-                "a block of this unit needs {smem} bytes of shared memory; the device has {max_smem}"
-            )));
-        }
-        let smem = smem as u32;
-        // The attribute belongs to this device's copy of the function (each CudaDevice loads its
-        // own module), so it is set whenever a unit needs it rather than once per process.
-        if smem > 48 * 1024 {
-            func.set_attribute(
-                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                max_smem as i32,
-            )
-            .w()?;
-        }
-        let ctas_per_sm = func
-            .occupancy_max_active_blocks_per_multiprocessor(THREADS, smem as usize, None)
-            .w()?
-            .max(1);
         Ok(Self {
             device: device.clone(),
-            exponents: Exponents::Huffman(HuffmanBuffers {
-                segments,
-                luts,
-                codes,
-                gaps,
-                positions,
-                status,
-                lut_rows,
-                smem,
-                ctas_per_sm,
-                sms,
-            }),
+            exponents: Exponents::Huffman(HuffmanBuffers::new(
+                device,
+                arrays,
+                h.lut_rows,
+                h.max_block,
+                h.n_elements,
+            )?),
         })
     }
 
     /// The packed exponents, if the unit is kept packed.
-    pub(crate) fn packed(&self) -> Option<&crate::cuda::packed_kernels::PackedBuffers> {
+    pub(crate) fn packed(&self) -> Option<&PackedBuffers> {
         match &self.exponents {
             Exponents::Packed(p) => Some(p),
             Exponents::Huffman(_) => None,
@@ -332,36 +228,29 @@ impl CudaUnit {
     pub(crate) fn device_bytes(&self) -> usize {
         match &self.exponents {
             Exponents::Packed(p) => p.device_bytes(),
-            Exponents::Huffman(h) => {
-                h.luts.len()
-                    + h.codes.len()
-                    + h.gaps.len()
-                    + 4 * h.positions.len()
-                    + h.segments.as_ref().map_or(0, |s| s.device_bytes())
-            }
+            Exponents::Huffman(h) => h.device_bytes(),
         }
     }
 
     /// What the segment kernels need, if the unit is kept as Huffman with a segment index.
-    pub(crate) fn segment_args(
-        &self,
-        layout: &UnitLayout,
-    ) -> Option<crate::cuda::fused::UnitArgs<'_>> {
-        let Exponents::Huffman(h) = &self.exponents else {
-            return None;
-        };
-        Some(crate::cuda::fused::UnitArgs {
-            luts: &h.luts,
-            codes: &h.codes,
-            lut_rows: h.lut_rows,
-            n_words: (h.codes.len() / 4) as u32,
-            n_elements: layout.n_elements,
-            segments: h.segments.as_ref()?,
-        })
+    pub(crate) fn segment_args(&self) -> Option<UnitArgs<'_>> {
+        match &self.exponents {
+            Exponents::Huffman(h) => h.segment_args(),
+            Exponents::Packed(_) => None,
+        }
+    }
+
+    /// The unit's form as the operations every form offers ([`super::DeviceForm`]), if it can
+    /// decode any element range (packed, or Huffman with a segment index).
+    pub(crate) fn form(&self) -> Option<super::Form<'_>> {
+        match &self.exponents {
+            Exponents::Packed(p) => Some(super::Form::Packed(p)),
+            Exponents::Huffman(h) => h.segment_args().map(super::Form::Huffman),
+        }
     }
 
     /// Decodes `blocks` into a fresh BF16 buffer whose element 0 is unit element
-    /// [`decode_base`]`(layout, blocks)`.
+    /// [`crate::codec::decode::decode_base`]`(layout, blocks)`.
     pub(crate) fn decode(
         &self,
         sign_mantissa: &CudaStorage,
@@ -369,89 +258,31 @@ impl CudaUnit {
         layout: &UnitLayout,
         blocks: Range<usize>,
     ) -> candle_core::Result<(CudaStorage, Shape)> {
-        let dev = sign_mantissa.device().clone();
-        if sm_layout.start_offset() != 0 || !sm_layout.is_contiguous() {
-            candle_core::bail!("df11: sign_mantissa must be a whole contiguous buffer");
-        }
-        let elements = block_elements(layout, blocks.clone());
-        // The kernel writes element i at out[i - out_base]; out_base is 16-aligned so its
-        // vectorised stores stay aligned.
-        let out_base = decode_base(layout, blocks.clone());
-        let h = match &self.exponents {
-            Exponents::Huffman(h) => h,
+        match &self.exponents {
+            Exponents::Huffman(h) => h.decode_blocks(sign_mantissa, sm_layout, layout, blocks),
             // Packed units have no block stream: decode the same elements (all of them valid).
             Exponents::Packed(p) => {
-                return crate::cuda::packed_kernels::decode_packed(
+                if sm_layout.start_offset() != 0 || !sm_layout.is_contiguous() {
+                    candle_core::bail!("df11: sign_mantissa must be a whole contiguous buffer");
+                }
+                let elements = crate::codec::decode::block_elements(layout, blocks.clone());
+                let out_base = crate::codec::decode::decode_base(layout, blocks);
+                super::packed::kernels::decode_packed(
                     p,
                     sign_mantissa,
                     sm_layout,
                     out_base..elements.end,
                 )
             }
-        };
-        let len = elements.end - out_base;
-        let mut out = crate::cuda::launch::alloc_out(&dev, len)?;
-        // The values before the first block's first element (at most 15: the base is rounded
-        // down to 16 for aligned stores) are not decoded: zero them, so the buffer holds no
-        // unwritten memory (a caller narrows past them, but copies take the whole buffer).
-        let head = elements.start.saturating_sub(out_base).min(len);
-        if head > 0 {
-            let mut head_view = out.slice_mut(0..head);
-            dev.cuda_stream().memset_zeros(&mut head_view).w()?;
         }
-        if !blocks.is_empty() {
-            let sm = sign_mantissa.as_cuda_slice::<u8>()?;
-            let func = MODULE.func(&dev, KERNEL)?;
-            let n_blocks = blocks.len() as u32;
-            let grid = n_blocks.min(h.sms * h.ctas_per_sm);
-            let cfg = LaunchConfig {
-                grid_dim: (grid, 1, 1),
-                block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: h.smem,
-            };
-            let k = h.lut_rows as i32;
-            let n_bytes = layout.n_bytes as i32;
-            let n_elements = layout.n_elements as i32;
-            let n_positions = h.positions.len() as i32;
-            let (begin, end, base) = (blocks.start as i32, blocks.end as i32, out_base as i32);
-            let status = h.status.lock().expect("status lock");
-            let mut b = func.builder();
-            push_args!(b; &h.luts, &h.codes, sm, &h.positions, &h.gaps, &out);
-            push_args!(b; &k, &n_bytes, &n_elements, &n_positions, &*status);
-            push_args!(b; &begin, &end, &base);
-            // SAFETY: every buffer is sized from the validated layout, which is what the kernel
-            // indexes by; the kernel guards all data-dependent reads and writes.
-            unsafe { b.launch(cfg) }.w()?;
-        }
-        Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from(len)))
     }
 
-    /// Reads the status word (a device sync), clears it, and turns set flags into an error.
+    /// Reads the Huffman form's status word (a device sync), clears it, and turns set flags
+    /// into an error; a packed unit was checked by the CPU decode at load.
     pub(crate) fn check_status(&self) -> std::result::Result<(), UnitDefect> {
-        let fail = |e: candle_core::Error| {
-            UnitDefect::Stream(format!("could not read the decode status: {e}"))
-        };
-        let Exponents::Huffman(h) = &self.exponents else {
-            return Ok(()); // packed: checked by the CPU decode at load, no kernel flags
-        };
-        let mut status = h.status.lock().expect("status lock");
-        let flags = self.device.clone_dtoh(&*status).map_err(fail)?[0];
-        if flags == 0 {
-            return Ok(());
+        match &self.exponents {
+            Exponents::Huffman(h) => h.check_status(&self.device),
+            Exponents::Packed(_) => Ok(()),
         }
-        self.device
-            .cuda_stream()
-            .memset_zeros(&mut *status)
-            .w()
-            .map_err(fail)?;
-        let what: Vec<&str> = FLAGS
-            .iter()
-            .filter(|(f, _)| flags & f != 0)
-            .map(|(_, s)| *s)
-            .collect();
-        Err(UnitDefect::Stream(format!(
-            "GPU decode reported: {}",
-            what.join("; ")
-        )))
     }
 }

@@ -12,6 +12,7 @@ use candle_core::op::BackpropOp;
 use candle_core::{Device, Storage, Tensor};
 
 use super::{Df11Group, Store};
+use crate::cuda::forms::DeviceForm;
 use crate::cuda::streams::{queue, Marker};
 use crate::error::Result;
 
@@ -36,10 +37,9 @@ impl Df11Group {
         let Store::Cuda(unit) = &on.store else {
             return Ok(false);
         };
-        let segments = unit.segment_args(&self.layout);
-        if unit.packed().is_none() && segments.is_none() {
+        let Some(form) = unit.form() else {
             return Ok(false);
-        }
+        };
         let (storage, layout) = on.sign_mantissa.storage_and_layout();
         let Storage::Cuda(sm) = &*storage else {
             return Ok(false);
@@ -47,19 +47,7 @@ impl Df11Group {
         let mut members = Vec::new();
         // Each member, or the stack of members a linear layer reads as one matrix.
         for range in self.product_ranges() {
-            let (out, shape) = match (unit.packed(), &segments) {
-                (Some(packed), _) => crate::cuda::packed_kernels::decode_packed_on(
-                    packed,
-                    sm,
-                    layout,
-                    range.clone(),
-                    side,
-                )?,
-                (None, Some(args)) => {
-                    crate::cuda::fused::decode_segments_on(args, sm, layout, range.clone(), side)?
-                }
-                (None, None) => return Ok(false),
-            };
+            let (out, shape) = form.decode_range(sm, layout, range.clone(), side)?;
             let t = Tensor::from_storage(Storage::Cuda(out), shape, BackpropOp::none(), false);
             members.push((range, t));
         }

@@ -48,59 +48,16 @@ impl Df11Group {
         kernel: crate::matmul::FusedKernel,
         options: &crate::Df11Options,
     ) -> Result<Tensor> {
-        use crate::cuda::packed_kernels::PackedGemvOp;
-        use crate::cuda::tc::PackedTcOp;
-        use crate::matmul::FusedKernel;
+        use crate::cuda::forms::{DeviceForm, Matrix};
         let on = self.on_device()?;
-        let packed = match &on.store {
-            Store::Cuda(c) => c.packed(),
-            Store::Cpu { .. } => None,
-        };
-        match (kernel, packed) {
-            (FusedKernel::TensorCore, Some(unit)) => {
-                let op = PackedTcOp {
-                    unit,
-                    base,
-                    rows,
-                    cols,
-                    options: *options,
-                };
-                let nb = x2.elem_count() / cols.max(1);
-                let takes = match x2.device() {
-                    candle_core::Device::Cuda(dev) => op.takes(nb, dev)?,
-                    _ => false,
-                };
-                if takes {
-                    return Ok(on.sign_mantissa.apply_op2_no_bwd(x2, &op)?);
+        if let Store::Cuda(c) = &on.store {
+            if let Some(form) = c.form() {
+                let matrix = Matrix { base, rows, cols };
+                let y = form.fused_matmul(&on.sign_mantissa, x2, matrix, kernel, options)?;
+                if let Some(y) = y {
+                    return Ok(y);
                 }
             }
-            // A member in the tile order is read by the tensor-core kernels only.
-            (FusedKernel::CudaCore, Some(unit))
-                if self.can_fuse(base, cols)
-                    && unit.matrix_order(base, rows, cols) == Some(false) =>
-            {
-                let op = PackedGemvOp {
-                    unit,
-                    base,
-                    rows,
-                    cols,
-                };
-                return Ok(on.sign_mantissa.apply_op2_no_bwd(x2, &op)?);
-            }
-            (FusedKernel::CudaCore, None) if self.can_fuse(base, cols) => {
-                if let Store::Cuda(c) = &on.store {
-                    if let Some(unit) = c.segment_args(&self.layout) {
-                        let op = crate::cuda::fused::Df11GemvOp {
-                            unit,
-                            base,
-                            rows,
-                            cols,
-                        };
-                        return Ok(on.sign_mantissa.apply_op2_no_bwd(x2, &op)?);
-                    }
-                }
-            }
-            _ => {}
         }
         drop(on);
         // The DF11 kernel cannot take this member: decode it and run the twin (same bits).
@@ -121,7 +78,7 @@ impl Df11Group {
         } else {
             w.copy()?
         };
-        Ok(crate::cuda::twin::twin_matmul(&w, x2, kernel, options)?)
+        Ok(crate::cuda::dense::twin_matmul(&w, x2, kernel, options)?)
     }
 
     /// Records that a linear layer reads the consecutive members at `elements` as one matrix.

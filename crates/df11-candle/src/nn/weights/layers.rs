@@ -50,7 +50,7 @@ impl Module for Linear {
                 // order), so a BF16 model and its DF11 copy stay bit-identical.
                 #[cfg(feature = "cuda")]
                 if let Some(y) =
-                    crate::cuda::twin::twin_linear(linear.weight(), linear.bias(), x, options)?
+                    crate::cuda::dense::twin_linear(linear.weight(), linear.bias(), x, options)?
                 {
                     return Ok(y);
                 }

@@ -4,8 +4,8 @@
 
 use candle_core::cuda_backend::CudaDevice;
 
+use crate::cuda::packed::tile_order::{tile_members, TileOrder};
 use crate::cuda::packed::{unit_exponents, ExponentForm, PackedExponents};
-use crate::cuda::tile_order::{tile_members, TileOrder};
 use crate::cuda::upload::HostArray;
 use crate::error::{Df11Error, Result};
 use crate::format::unit::{UnitLayout, UnitTensors};
@@ -14,7 +14,7 @@ use crate::format::unit::{UnitLayout, UnitTensors};
 /// checked decode of the whole stream, then packing or a segment index). [`CudaUnit::upload`]
 /// puts it on a device; an offloaded unit keeps it (pinned) and uploads it at each staging.
 pub(crate) enum HostExponents {
-    Packed(crate::cuda::packed_kernels::PackedHost),
+    Packed(crate::cuda::packed::kernels::PackedHost),
     Huffman(HuffmanHost),
 }
 
@@ -26,17 +26,19 @@ pub(crate) struct HuffmanHost {
     pub(super) codes: HostArray<u8>,
     pub(super) gaps: HostArray<u8>,
     pub(super) positions: HostArray<u32>,
-    pub(super) segments: Option<crate::cuda::fused::SegmentHost>,
+    pub(super) segments: Option<crate::cuda::huffman::kernels::SegmentHost>,
     pub(super) lut_rows: usize,
     /// The most elements a block outputs (the validated layout's).
     pub(super) max_block: usize,
+    /// The unit's element count (the validated layout's).
+    pub(super) n_elements: usize,
 }
 
 impl HuffmanHost {
     fn new(
         t: &UnitTensors<'_>,
         layout: &UnitLayout,
-        segments: Option<crate::cuda::fused::SegmentHost>,
+        segments: Option<crate::cuda::huffman::kernels::SegmentHost>,
     ) -> Self {
         let mut codes = Vec::with_capacity(t.encoded_exponent.len() + 8);
         codes.extend_from_slice(t.encoded_exponent);
@@ -49,6 +51,7 @@ impl HuffmanHost {
             segments,
             lut_rows: layout.lut_rows,
             max_block: layout.max_block_elements,
+            n_elements: layout.n_elements,
         }
     }
 }
@@ -57,7 +60,7 @@ impl HostExponents {
     /// Builds the device form `form` asks for (`auto`: packed where it fits). Either way the
     /// whole stream is decoded on the CPU first (with every check), so a corrupt unit is
     /// refused here with a typed error. A packed form stores the members `orders` tiles in the
-    /// tile order (`crate::cuda::tile_order`); it then comes with the unit's `sign_mantissa` in
+    /// tile order (`crate::cuda::packed::tile_order`); it then comes with the unit's `sign_mantissa` in
     /// that order, which replaces the file's.
     pub(crate) fn build(
         name: &str,
@@ -75,8 +78,8 @@ impl HostExponents {
         if form != ExponentForm::Huffman {
             let exponents = unit_exponents(t, layout, &table).map_err(invalid)?;
             let members = layout.member_ranges();
-            let orders =
-                crate::cuda::tile_order::checked_orders(&members, orders).ok_or_else(|| {
+            let orders = crate::cuda::packed::tile_order::checked_orders(&members, orders)
+                .ok_or_else(|| {
                     Df11Error::Usage(format!("`{name}`: a tile order does not match its member"))
                 })?;
             let orders = orders.as_slice();
@@ -93,15 +96,15 @@ impl HostExponents {
             });
             if let Some((p, orders, sign_mantissa)) = packed {
                 if form == ExponentForm::Packed || p.fits() {
-                    let host = crate::cuda::packed_kernels::PackedHost::new(p, orders);
+                    let host = crate::cuda::packed::kernels::PackedHost::new(p, orders);
                     return Ok((Self::Packed(host), sign_mantissa));
                 }
             }
         }
         // Built by decoding the unit on the CPU (all cores): this also checks the whole stream.
-        let segments = crate::cuda::segments::SegmentIndex::build(t, layout, &table)
+        let segments = crate::cuda::huffman::segments::SegmentIndex::build(t, layout, &table)
             .map_err(invalid)?
-            .map(crate::cuda::fused::SegmentHost::new);
+            .map(crate::cuda::huffman::kernels::SegmentHost::new);
         Ok((Self::Huffman(HuffmanHost::new(t, layout, segments)), None))
     }
 

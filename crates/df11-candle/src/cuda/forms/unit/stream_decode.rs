@@ -1,18 +1,18 @@
 //! The unit's stream decoded on the GPU by the block kernel, from the file's bytes: what the GPU
-//! build of the packed form starts from (`crate::cuda::gpu_pack`), and that build copied back to
+//! build of the packed form starts from (`crate::cuda::packed::gpu_pack`), and that build copied back to
 //! the host for the GPU suite.
 
 use candle_core::cuda_backend::CudaDevice;
 use candle_core::{CudaStorage, Layout};
 
 use super::CudaUnit;
-use crate::cuda::tile_order::TileOrder;
+use crate::cuda::packed::tile_order::TileOrder;
 use crate::error::Result;
 use crate::format::unit::{UnitLayout, UnitTensors};
 
 /// A validated unit's whole stream decoded on `device` by the block kernel (its Huffman form
 /// uploaded straight from the file's bytes), the kernel's status word read: what the GPU build
-/// of the packed form ([`crate::cuda::gpu_pack::build`]) starts from.
+/// of the packed form ([`crate::cuda::packed::gpu_pack::build`]) starts from.
 pub(super) fn decode_stream(
     device: &CudaDevice,
     name: &str,
@@ -40,7 +40,7 @@ pub(super) fn decode_stream(
                 huffman.decode(sign_mantissa.0, sign_mantissa.1, layout, 0..layout.n_blocks)?;
             huffman
                 .check_status()
-                .map_err(|defect| crate::cuda::gpu_pack::refused(name, defect))?;
+                .map_err(|defect| crate::cuda::packed::gpu_pack::refused(name, defect))?;
             Ok(storage)
         },
     )
@@ -70,7 +70,8 @@ pub fn build_on_gpu_to_host(
             &options,
         )
     };
-    match crate::cuda::gpu_pack::build(device, "<unit>", t, layout, orders, &decode, false)? {
+    match crate::cuda::packed::gpu_pack::build(device, "<unit>", t, layout, orders, &decode, false)?
+    {
         Some(p) => {
             let sm = match &p.sign_mantissa {
                 Some(s) => Some(device.clone_dtoh(s)?),

@@ -249,7 +249,7 @@ fn top_seven(exponents: &[u8]) -> [u8; 8] {
 
 /// A member's code table from its exponent histogram: the seven most frequent exponents (ties:
 /// the smaller exponent first), unused slots repeating the first, byte 7 zero. The GPU build
-/// (`crate::cuda::gpu_pack`) chooses its tables here too, so both builds give the same form.
+/// (`crate::cuda::packed::gpu_pack`) chooses its tables here too, so both builds give the same form.
 pub fn table_of_histogram(hist: &[u64; 256]) -> [u8; 8] {
     let mut order: Vec<usize> = (0..256).filter(|&e| hist[e] > 0).collect();
     order.sort_by_key(|&e| (std::cmp::Reverse(hist[e]), e));

@@ -20,9 +20,9 @@ use candle_core::CudaStorage;
 
 use crate::cuda::launch::{launch_config_in, push_args};
 use crate::cuda::module::{fatbin_module, Module};
+use crate::cuda::packed::kernels::PackedBuffers;
+use crate::cuda::packed::tile_order::TileOrder;
 use crate::cuda::packed::{codes_of_table, members_pack, table_of_histogram, PackedExponents};
-use crate::cuda::packed_kernels::PackedBuffers;
-use crate::cuda::tile_order::TileOrder;
 use crate::error::{Df11Error, Result};
 use crate::format::unit::{UnitLayout, UnitTensors};
 
@@ -43,7 +43,7 @@ pub(crate) struct DevicePacked {
     /// Per member, its tile order if it is stored so.
     orders: Vec<Option<TileOrder>>,
     /// The unit's `sign_mantissa` in storage order, where a member is tiled.
-    pub(super) sign_mantissa: Option<CudaSlice<u8>>,
+    pub(crate) sign_mantissa: Option<CudaSlice<u8>>,
 }
 
 impl DevicePacked {
@@ -151,9 +151,10 @@ pub(crate) fn build(
         },
     )
     .map_err(refuse)?;
-    let orders = crate::cuda::tile_order::checked_orders(&members, orders).ok_or_else(|| {
-        Df11Error::Usage(format!("`{name}`: a tile order does not match its member"))
-    })?;
+    let orders =
+        crate::cuda::packed::tile_order::checked_orders(&members, orders).ok_or_else(|| {
+            Df11Error::Usage(format!("`{name}`: a tile order does not match its member"))
+        })?;
     if orders.iter().any(Option::is_some) {
         // Tiled: the exponents and sign_mantissa in storage order, the decoded values dropped
         // before packing (the build's peak: values, exponents and sign_mantissa, 4 bytes an
@@ -227,7 +228,7 @@ fn tile(
     orders: &[Option<TileOrder>],
 ) -> Result<(CudaSlice<u8>, CudaSlice<u8>)> {
     let ends: Vec<i64> = members.iter().map(|m| m.end as i64).collect();
-    let cols = crate::cuda::packed_kernels::member_cols(orders);
+    let cols = crate::cuda::packed::kernels::member_cols(orders);
     let (ends, cols) = (device.clone_htod(&ends)?, device.clone_htod(&cols)?);
     // SAFETY: the kernel writes every element of both.
     let mut et = unsafe { device.alloc::<u8>(n) }?;

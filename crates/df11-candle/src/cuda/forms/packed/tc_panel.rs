@@ -16,9 +16,9 @@ use half::bf16;
 
 use crate::cuda::launch::{launch_config_in, push_args, smem_per_block_optin};
 use crate::cuda::module::{fatbin_module, Module};
-use crate::cuda::packed_kernels::PackedBuffers;
+use crate::cuda::packed::kernels::PackedBuffers;
+use crate::cuda::packed::tc::tiling::TcTiling;
 use crate::cuda::pdl::{self, RawArgs};
-use crate::cuda::tc::tiling::TcTiling;
 use crate::options::Df11Options;
 
 const MODULE: Module = fatbin_module!("df11_tc_panel");
@@ -29,7 +29,7 @@ pub(crate) const MAX_GROUPS: usize = 1 << 16;
 const DF11_RING_BYTES: usize = 8 * 2 * 3120;
 const TWIN_RING_BYTES: usize = 8 * 2 * 4096;
 /// The DF11 kernels' static escape table (the streaming kernels' `ts_tab`).
-const TABLE_BYTES: usize = crate::cuda::tc::tiling::STREAM_TABLE_BYTES;
+const TABLE_BYTES: usize = crate::cuda::packed::tc::tiling::STREAM_TABLE_BYTES;
 
 /// Whether the panel kernels are wanted for a `[rows, _]` product (the options and the
 /// counters' reach; not whether the launch finds its counters). Off by default

@@ -11,9 +11,9 @@ use half::bf16;
 
 use crate::cuda::launch::{launch_config_in, smem_per_block_optin};
 use crate::cuda::module::{fatbin_module, Module};
+use crate::cuda::packed::tc::tiling::TcTiling;
+use crate::cuda::packed::tc_panel::{self, PanelMatrix};
 use crate::cuda::pdl::{self, RawArgs};
-use crate::cuda::tc::tiling::TcTiling;
-use crate::cuda::tc_panel::{self, PanelMatrix};
 use crate::options::{Df11Options, WgUse};
 
 const BUILT: Module = fatbin_module!("df11_tc_wg");
@@ -32,7 +32,7 @@ fn module() -> Module {
 const DF11_RING_BYTES: usize = 4 * 4 * 3120;
 const TWIN_RING_BYTES: usize = 4 * 4 * 4096;
 /// The DF11 kernels' static escape table (the streaming kernels' `ts_tab`).
-const TABLE_BYTES: usize = crate::cuda::tc::tiling::STREAM_TABLE_BYTES;
+const TABLE_BYTES: usize = crate::cuda::packed::tc::tiling::STREAM_TABLE_BYTES;
 /// `WG_HEAD` bytes of barriers, flags and counters before the x slots.
 const HEAD_BYTES: usize = 512;
 

@@ -15,10 +15,10 @@ use crate::cuda::launch::{
     CudaOp2, CudaOut,
 };
 use crate::cuda::module::{fatbin_module, Module};
-use crate::cuda::packed_kernels::PackedBuffers;
-use crate::cuda::pdl::{self, RawArgs};
+use crate::cuda::packed::kernels::PackedBuffers;
 #[cfg(feature = "experimental-kernels")]
-use crate::cuda::{tc_panel, tc_wg};
+use crate::cuda::packed::{tc_panel, tc_wg};
+use crate::cuda::pdl::{self, RawArgs};
 
 mod stream;
 pub(crate) mod tiling;
@@ -58,7 +58,7 @@ fn config(
 /// The tensor-core DF11 product over packed exponents: arguments `sign_mantissa` (the whole unit)
 /// and `x` `[nb, cols]`; result `[nb, rows]` = x · Wᵀ for the member matrix at unit element `base`
 /// (a multiple of 256, inside one member in row order, or a whole member in the tile order,
-/// `crate::cuda::tile_order`).
+/// `crate::cuda::packed::tile_order`).
 pub(crate) struct PackedTcOp<'a> {
     pub(crate) unit: &'a PackedBuffers,
     pub(crate) base: usize,

@@ -13,7 +13,7 @@ use crate::cuda::launch::{
     CudaOut, Tiling, CHUNK_WIDTH, MODULE,
 };
 use crate::cuda::matmul::{fused_kernel, FusedKernel, FUSED_LIMIT_ROWS};
-use crate::cuda::tc::TwinTcOp;
+use crate::cuda::packed::tc::TwinTcOp;
 use crate::options::Df11Options;
 
 /// `x · wᵀ (+ bias)` through a BF16 twin kernel, when `w` is a BF16 CUDA matrix and `x` may take

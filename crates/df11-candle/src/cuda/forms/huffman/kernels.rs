@@ -1,6 +1,6 @@
 //! The fused DF11 decode + matrix-vector kernel over the Huffman form (segment index), and the
 //! segment decode kernel, both in `kernels/df11_fused.cu`. Which path a product takes is decided
-//! in [`crate::cuda::matmul`]; the packed form's kernels are in `packed_kernels`.
+//! in [`crate::cuda::matmul`]; the packed form's kernels are in `crate::cuda::packed::kernels`.
 
 use std::ops::Range;
 
@@ -10,11 +10,11 @@ use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, Layout, Shape};
 use half::bf16;
 
+use crate::cuda::huffman::segments::SegmentIndex;
 use crate::cuda::launch::{
     bf16_view, check_gemv_call, cuda_only_op, gemv_name, launch_config, maxb_for, push_args,
     CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE,
 };
-use crate::cuda::segments::SegmentIndex;
 use crate::cuda::upload::{HostArray, Uploader};
 
 const WARPS: usize = 8;
@@ -74,6 +74,7 @@ impl SegmentBuffers {
 }
 
 /// What a segment kernel needs of a unit besides `sign_mantissa`.
+#[derive(Clone, Copy)]
 pub(crate) struct UnitArgs<'a> {
     pub(crate) luts: &'a CudaSlice<u8>,
     pub(crate) codes: &'a CudaSlice<u8>,
@@ -158,18 +159,9 @@ impl CudaOp2 for Df11GemvOp<'_> {
 }
 
 /// Decodes unit elements `elements` with the segment kernel into a fresh BF16 buffer of
-/// `elements.len()` values.
-pub(crate) fn decode_segments(
-    unit: &UnitArgs<'_>,
-    sm: &CudaStorage,
-    sm_l: &Layout,
-    elements: Range<usize>,
-) -> candle_core::Result<(CudaStorage, Shape)> {
-    decode_segments_on(unit, sm, sm_l, elements, sm.device())
-}
-
-/// [`decode_segments`] launched on `launch`'s stream (a second stream of the unit's GPU), as
-/// `crate::cuda::packed_kernels::decode_packed_on` (the same rules for the result's buffer).
+/// `elements.len()` values, launched on `launch`'s stream (the unit's device or a second stream
+/// of its GPU), as `crate::cuda::packed::kernels::decode_packed_on` (the same rules for the
+/// result's buffer).
 pub(crate) fn decode_segments_on(
     unit: &UnitArgs<'_>,
     sm: &CudaStorage,

@@ -19,9 +19,9 @@ use crate::cuda::launch::{
     push_args, CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE,
 };
 use crate::cuda::module::{fatbin_module, Module};
+use crate::cuda::packed::tile_order::TileOrder;
 use crate::cuda::packed::PackedExponents;
 use crate::cuda::pdl::RawArgs;
-use crate::cuda::tile_order::TileOrder;
 use crate::cuda::upload::{HostArray, Uploader};
 
 mod rows;
@@ -136,7 +136,7 @@ impl PackedHost {
 }
 
 impl PackedBuffers {
-    /// The form from arrays already on the device (the GPU build, `crate::cuda::gpu_pack`):
+    /// The form from arrays already on the device (the GPU build, `crate::cuda::packed::gpu_pack`):
     /// `escapes` padded as [`PackedHost`] pads it, `bytes` the form's size as
     /// [`PackedExponents::device_bytes`] counts it.
     #[allow(clippy::too_many_arguments)]

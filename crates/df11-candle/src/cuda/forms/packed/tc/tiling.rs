@@ -3,7 +3,7 @@
 //! order, and the exponent table's size they share. Below every tensor-core launch module.
 
 use crate::cuda::limits::{tc_shape, TC_LIMIT_ROWS};
-use crate::cuda::tile_order::TileMembers;
+use crate::cuda::packed::tile_order::TileMembers;
 
 /// The streaming DF11 kernel's escape table (`TS_TABLE_BYTES` of kernels/df11_escape_table.cuh:
 /// 4096 + 16 words, static shared memory).

@@ -133,7 +133,7 @@ pub fn warpgroup_takes(rows: usize, cols: usize, device: &Device, options: &Df11
     #[cfg(feature = "experimental-kernels")]
     if let Device::Cuda(d) = device {
         return options.tiles.tiles_whole_chunks(cols)
-            && crate::cuda::tc_wg::takes(d, cols, rows, options).unwrap_or(false);
+            && crate::cuda::packed::tc_wg::takes(d, cols, rows, options).unwrap_or(false);
     }
     let _ = (rows, cols, device, options);
     false

@@ -140,7 +140,7 @@ mod tests {
                     rows,
                     cols,
                     nb,
-                    crate::cuda::tile_order::TileMembers::Chunked,
+                    crate::cuda::packed::tile_order::TileMembers::Chunked,
                 )
                 .unwrap();
                 for twin in [false, true] {
@@ -161,6 +161,12 @@ mod tests {
                 }
             }
         }
-        assert!(TcTiling::new(8, 256, 65, crate::cuda::tile_order::TileMembers::Chunked).is_err());
+        assert!(TcTiling::new(
+            8,
+            256,
+            65,
+            crate::cuda::packed::tile_order::TileMembers::Chunked
+        )
+        .is_err());
     }
 }
