@@ -15,9 +15,9 @@ LOG=${OUT:-/tmp/df11-e2e}
 BIN=/tmp/df11-suite-bin
 WORK=${E2E_WORK:-/tmp/df11-e2e-work}
 mkdir -p "$LOG" "$WORK"
-if [ ! -x "$BIN/synth_model" ]; then
-  mkdir -p "$BIN" && xz -dc .gpu/suite/bins.tar.xz | tar xf - -C "$BIN" && chmod +x "$BIN"/*
-fi
+# shellcheck disable=SC1091
+. "$(dirname "$0")/unpack.sh"
+unpack_suite .gpu/suite "$BIN"
 if [ ! -f "$WORK/df11/config.json" ]; then
   t0=$(date +%s)
   "$BIN/synth_model" --template tests/fixtures/models/qwen3-tiny/bf16 --out "$WORK/bf16" 2> "$LOG/synth.log" || { tail "$LOG/synth.log"; exit 1; }

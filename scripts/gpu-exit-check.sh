@@ -18,10 +18,9 @@ RUNS=${EXIT_RUNS:-1000}
 CYCLES=${EXIT_CYCLES:-100}
 JOBS=${EXIT_JOBS:-8}
 mkdir -p "$BIN" "$LOG"
-sum=$(cksum < "$SUITE/bins.tar.xz")
-if [ "$(cat "$BIN/.pack" 2>/dev/null)" != "$sum" ]; then
-  xz -T0 -dc "$SUITE/bins.tar.xz" | tar xf - -C "$BIN" && chmod +x "$BIN"/* && echo "$sum" > "$BIN/.pack"
-fi
+# shellcheck disable=SC1091
+. "$(dirname "$0")/unpack.sh"
+unpack_suite "$SUITE" "$BIN"
 FIX=tests/fixtures/models
 ARCHS="qwen3 qwen2 llama mistral-nemo phi4 gemma3"
 

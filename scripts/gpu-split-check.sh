@@ -9,9 +9,9 @@ set -uo pipefail
 BIN=/tmp/df11-suite-bin
 WORK=${E2E_WORK:-/tmp/df11-e2e-work}
 STEPS=${SPLIT_STEPS:-32}
-if [ ! -x "$BIN/qwen3-df11-bench" ]; then
-  mkdir -p "$BIN" && xz -T0 -dc .gpu/suite/bins.tar.xz | tar xf - -C "$BIN" && chmod +x "$BIN"/*
-fi
+# shellcheck disable=SC1091
+. "$(dirname "$0")/unpack.sh"
+unpack_suite .gpu/suite "$BIN"
 if [ ! -f "$WORK/df11/config.json" ]; then
   "$BIN/synth_model" --template tests/fixtures/models/qwen3-tiny/bf16 --out "$WORK/bf16" 2>/dev/null || exit 1
   "$BIN/df11" compress "$WORK/bf16" "$WORK/df11" > /dev/null 2>&1 || exit 1

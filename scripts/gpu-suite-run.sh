@@ -20,12 +20,9 @@ trap 'pack_logs; exit 124' TERM INT
 PARTS=" ${SUITE_PARTS:-tests sanitize variants bench} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 # Unpacked once per machine and pack (a later run on the same machine skips it).
-sum=$(cksum < "$SUITE/bins.tar.xz")
-if [ "$(cat "$BIN/.pack" 2>/dev/null)" != "$sum" ]; then
-  xz -T0 -dc "$SUITE/bins.tar.xz" | tar xf - -C "$BIN"
-  chmod +x "$BIN"/*
-  echo "$sum" > "$BIN/.pack"
-fi
+# shellcheck disable=SC1091
+. "$(dirname "$0")/unpack.sh"
+unpack_suite "$SUITE" "$BIN"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$LOG/device.txt"
 
 summary=()

@@ -72,10 +72,27 @@ for f in "$SUITE"/*-* "${benches[@]/#/$SUITE/}" "$SUITE/synth_model" "$SUITE/df1
   for s in ${SUITE_SYMBOLS:-}; do [[ $(basename "$f") == "$s"-* ]] && keep=1; done
   [ -n "$keep" ] || strip "$f"
 done
-(cd "$SUITE" && find . -maxdepth 1 -type f ! -name '*.txt' -printf '%P\n' | sort > bins.txt \
-  && tar cf - -T bins.txt | xz -T1 --lzma2=preset=3,dict=1GiB > bins.tar.xz \
-  && xargs rm -f < bins.txt && rm bins.txt)
+# SUITE_SPLIT=1: two packs instead of one, for a GPU machine that takes a limited upload:
+# bins-tests.tar.xz (the test binaries, the model programs, df11, sanitizer_probe: the tests,
+# sanitize and variants parts) and bins-bench.tar.xz (the rest: the bench part, e2e.sh). The
+# scripts unpack whichever packs .gpu/suite holds (unpack.sh), so the two can be given one after
+# the other to the same machine.
+pack() {  # <pack name> <file of binary names>
+  (cd "$SUITE" && tar cf - -T "$2" | xz -T1 --lzma2=preset=3,dict=1GiB > "$1.tar.xz" \
+    && xargs rm -f < "$2" && rm "$2")
+}
+(cd "$SUITE" && find . -maxdepth 1 -type f ! -name '*.txt' -printf '%P\n' | sort > bins.txt)
+if [ -n "${SUITE_SPLIT:-}" ]; then
+  grep -E -v '^(gpu_bench|tc_probe|synth_model|qwen3-df11-bench)$' "$SUITE/bins.txt" > "$SUITE/tests-bins.txt"
+  grep -E '^(gpu_bench|tc_probe|synth_model|qwen3-df11-bench)$' "$SUITE/bins.txt" > "$SUITE/bench-bins.txt"
+  rm "$SUITE/bins.txt"
+  pack bins-tests "$SUITE/tests-bins.txt"
+  pack bins-bench "$SUITE/bench-bins.txt"
+else
+  pack bins "$SUITE/bins.txt"
+fi
 cp scripts/gpu-suite-run.sh "$SUITE/run.sh"
+cp scripts/gpu-unpack.sh "$SUITE/unpack.sh"
 cp scripts/gpu-e2e-run.sh "$SUITE/e2e.sh"
 cp scripts/gpu-soak.sh "$SUITE/soak.sh"
 cp scripts/gpu-split-check.sh "$SUITE/split.sh"

@@ -21,10 +21,9 @@ if [[ ${1:-} =~ ^[0-9]+$ ]]; then runs=$1; shift; fi
 settings=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do settings+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
-sum=$(cksum < "$SUITE/bins.tar.xz")
-if [ "$(cat "$BIN/.pack" 2>/dev/null)" != "$sum" ]; then
-  xz -T0 -dc "$SUITE/bins.tar.xz" | tar xf - -C "$BIN" && chmod +x "$BIN"/* && echo "$sum" > "$BIN/.pack"
-fi
+# shellcheck disable=SC1091
+. "$(dirname "$0")/unpack.sh"
+unpack_suite "$SUITE" "$BIN"
 name=${target%@*} dir=
 [[ $target == *@* ]] && dir=${target#*@}
 read -r bin crate < <(awk -v p="^$name-" -v d="$dir" '$1 ~ p && (d == "" || $2 == d) {print $1, $2; exit}' "$SUITE/tests.txt")
