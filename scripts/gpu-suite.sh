@@ -54,7 +54,8 @@ benches=(gpu_bench sanitizer_probe tc_probe)
 [ -z "${SUITE_NO_BENCH:-}" ] || benches=()
 for b in "${benches[@]}"; do cp "$TARGET/release/$b" "$SUITE/"; done
 # The end-to-end bench's tools (scripts/gpu-e2e-run.sh uses them).
-cp "$TARGET/release/synth_model" "$TARGET/release/df11" "$TARGET/release/qwen3-df11-bench" "$SUITE/"
+cp "$TARGET/release/synth_model" "$TARGET/release/df11" "$TARGET/release/qwen3-df11-bench" \
+  "$TARGET/release/flux-df11-bench" "$SUITE/"
 # The model binaries, for the models' end-to-end CLI tests (found through DF11_BIN_DIR); a
 # model crate without one (a library) has none to copy.
 for m in models/*/; do
@@ -72,24 +73,41 @@ for f in "$SUITE"/*-* "${benches[@]/#/$SUITE/}" "$SUITE/synth_model" "$SUITE/df1
   for s in ${SUITE_SYMBOLS:-}; do [[ $(basename "$f") == "$s"-* ]] && keep=1; done
   [ -n "$keep" ] || strip "$f"
 done
-# SUITE_SPLIT=1: two packs instead of one, for a GPU machine that takes a limited upload:
-# bins-tests.tar.xz (the test binaries, the model programs, df11, sanitizer_probe: the tests,
-# sanitize and variants parts) and bins-bench.tar.xz (the rest: the bench part, e2e.sh). The
-# scripts unpack whichever packs .gpu/suite holds (unpack.sh), so the two can be given one after
-# the other to the same machine.
-pack() {  # <pack name> <file of binary names>
+# SUITE_SPLIT=1: three packs instead of one, for a GPU machine that takes a limited upload:
+# bins-tests.tar.xz (the test binaries of crates/ and benches/, sanitizer_probe, df11),
+# bins-models.tar.xz (the test binaries of models/ and the model programs) and
+# bins-bench.tar.xz (gpu_bench, tc_probe, the end-to-end bench's tools). The scripts unpack
+# whichever packs .gpu/suite holds (unpack.sh) and name the test binaries of the others as
+# skipped, so the packs can be given one at a time (tests, sanitize and variants with the first
+# two; bench and e2e.sh with the third, df11 from the first for its serve run).
+pack() {  # <pack name> <file of binary names, in $SUITE>
   (cd "$SUITE" && tar cf - -T "$2" | xz -T1 --lzma2=preset=3,dict=1GiB > "$1.tar.xz" \
     && xargs rm -f < "$2" && rm "$2")
 }
 (cd "$SUITE" && find . -maxdepth 1 -type f ! -name '*.txt' -printf '%P\n' | sort > bins.txt)
 if [ -n "${SUITE_SPLIT:-}" ]; then
-  grep -E -v '^(gpu_bench|tc_probe|synth_model|qwen3-df11-bench)$' "$SUITE/bins.txt" > "$SUITE/tests-bins.txt"
-  grep -E '^(gpu_bench|tc_probe|synth_model|qwen3-df11-bench)$' "$SUITE/bins.txt" > "$SUITE/bench-bins.txt"
+  python3 - "$SUITE" <<'PY'
+import os, sys
+suite = sys.argv[1]
+bins = open(os.path.join(suite, "bins.txt")).read().split()
+crate_of = dict(line.split() for line in open(os.path.join(suite, "tests.txt")) if line.strip())
+programs = {os.path.basename(m.rstrip("/")) for m in os.listdir("models")}
+bench = {"gpu_bench", "tc_probe", "synth_model", "qwen3-df11-bench", "flux-df11-bench"}
+packs = {"tests": [], "models": [], "bench": []}
+for b in bins:
+    if b in bench:
+        packs["bench"].append(b)
+    elif b in programs or crate_of.get(b, "").startswith("models/"):
+        packs["models"].append(b)
+    else:
+        packs["tests"].append(b)
+for name, names in packs.items():
+    open(os.path.join(suite, f"{name}-bins.txt"), "w").write("".join(n + "\n" for n in names))
+PY
   rm "$SUITE/bins.txt"
-  pack bins-tests "$SUITE/tests-bins.txt"
-  pack bins-bench "$SUITE/bench-bins.txt"
+  for p in tests models bench; do pack "bins-$p" "$p-bins.txt"; done
 else
-  pack bins "$SUITE/bins.txt"
+  pack bins bins.txt
 fi
 cp scripts/gpu-suite-run.sh "$SUITE/run.sh"
 cp scripts/gpu-unpack.sh "$SUITE/unpack.sh"
