@@ -1,6 +1,7 @@
 //! The whole pipeline on the FLUX fixture from its recorded noise: the image of the DF11
-//! transformer == the BF16 transformer's, byte for byte (f32 and BF16), and in f32 the pixels of
-//! diffusers' run within one level.
+//! transformer == the BF16 transformer's, byte for byte (f32 and BF16, on the CPU and, with the
+//! `cuda` feature, on CUDA), and on the CPU in f32 the pixels of diffusers' run within one
+//! level.
 
 mod common;
 
@@ -15,6 +16,12 @@ use flux_df11::{SchedulerConfig, VaeDecoder};
 
 #[test]
 fn df11_and_bf16_images_are_identical_and_match_diffusers() {
+    for device in common::devices() {
+        images_on(&device);
+    }
+}
+
+fn images_on(device: &Device) {
     let r: HashMap<String, Tensor> = candle_core::safetensors::load(
         common::fixture().join("reference.safetensors"),
         &Device::Cpu,
@@ -25,7 +32,6 @@ fn df11_and_bf16_images_are_identical_and_match_diffusers() {
     )
     .unwrap();
     let base = common::fixture().join("base");
-    let device = Device::Cpu;
     let options = GenerateOptions {
         width: 64,
         height: 64,
@@ -40,19 +46,19 @@ fn df11_and_bf16_images_are_identical_and_match_diffusers() {
         let prompt = encode_prompt(
             &base,
             json["prompt"].as_str().unwrap(),
-            &device,
+            device,
             dtype,
             options.max_sequence_length,
         )
         .unwrap();
-        let vae = VaeDecoder::load(&base.join("vae"), &device, DType::F32).unwrap();
+        let vae = VaeDecoder::load(&base.join("vae"), device, DType::F32).unwrap();
         let image = |transformer: &std::path::Path, format| {
             let folders = PipelineFolders {
                 transformer,
                 format,
                 base: &base,
             };
-            let t = load_transformer(&folders, &device, dtype, Df11Options::default()).unwrap();
+            let t = load_transformer(&folders, device, dtype, Df11Options::default()).unwrap();
             let mut steps = Vec::new();
             let latents = denoise(&t, &scheduler, &prompt, &options, |i| steps.push(i)).unwrap();
             assert_eq!(steps, [0, 1, 2, 3]);
@@ -62,9 +68,9 @@ fn df11_and_bf16_images_are_identical_and_match_diffusers() {
         let df11 = image(&common::fixture().join("df11"), WeightFormat::Df11);
         assert!(
             df11 == bf16,
-            "{dtype:?}: the DF11 image differs from the BF16 one"
+            "{device:?} {dtype:?}: the DF11 image differs from the BF16 one"
         );
-        if dtype == DType::F32 {
+        if dtype == DType::F32 && device.is_cpu() {
             let theirs: Vec<u8> = r["pipeline.f32.image"]
                 .flatten_all()
                 .unwrap()

@@ -7,6 +7,15 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 
+/// The devices a test runs on: the CPU, and CUDA device 0 with the `cuda` feature (the GPU
+/// suite).
+pub fn devices() -> Vec<Device> {
+    let mut devices = vec![Device::Cpu];
+    #[cfg(feature = "cuda")]
+    devices.push(Device::new_cuda(0).expect("the cuda feature is on but no CUDA device opened"));
+    devices
+}
+
 /// The FLUX fixture's folder.
 pub fn fixture() -> PathBuf {
     df11_candle::fixtures::fixtures().join("models/flux-tiny")
