@@ -10,10 +10,11 @@ use candle_core::{DType, Device, Tensor};
 /// The devices a test runs on: the CPU, and CUDA device 0 with the `cuda` feature (the GPU
 /// suite).
 pub fn devices() -> Vec<Device> {
-    let mut devices = vec![Device::Cpu];
     #[cfg(feature = "cuda")]
-    devices.push(Device::new_cuda(0).expect("the cuda feature is on but no CUDA device opened"));
-    devices
+    let cuda = Some(Device::new_cuda(0).expect("the cuda feature is on but no CUDA device opened"));
+    #[cfg(not(feature = "cuda"))]
+    let cuda = None;
+    [Some(Device::Cpu), cuda].into_iter().flatten().collect()
 }
 
 /// The FLUX fixture's folder.
