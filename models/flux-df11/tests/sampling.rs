@@ -1,6 +1,7 @@
 //! The sampler on the FLUX fixture: the scheduler's sigmas and timesteps, the Euler step, the
 //! latents' packing, and the whole 4-step denoising loop of the dev-shaped transformer (DF11 and
-//! BF16, f32) from the fixture's noise and text states, against diffusers' recorded run.
+//! BF16, f32; on the CPU and, with the `cuda` feature, on CUDA) from the fixture's noise and text
+//! states, against diffusers' recorded run.
 
 mod common;
 
@@ -90,36 +91,43 @@ fn packing_and_the_euler_step_are_the_pipelines() {
 /// every step, bit for bit.
 #[test]
 fn the_denoising_loop_matches_diffusers_and_df11_equals_bf16() {
+    for device in common::devices() {
+        denoising_loop_on(&device);
+    }
+}
+
+/// The loop on `device`: every step's prediction of DF11 == BF16's, bit for bit, and within the
+/// fixture's tolerance of diffusers'.
+fn denoising_loop_on(device: &Device) {
     let r = common::reference();
     let json = common::reference_json();
     let config = FluxConfig::open(&common::fixture().join("base/transformer/config.json")).unwrap();
     let scheduler =
         SchedulerConfig::open(&common::fixture().join("base/scheduler/scheduler_config.json"))
             .unwrap();
-    let device = Device::Cpu;
     let load = |dir: &str, format| {
         let w =
-            ModelWeights::open(&common::fixture().join(dir), format, &device, DType::F32).unwrap();
+            ModelWeights::open(&common::fixture().join(dir), format, device, DType::F32).unwrap();
         FluxTransformer::load(&config, &w).unwrap()
     };
     let (bf16, df11) = (
         load("base/transformer", WeightFormat::Dense),
         load("df11", WeightFormat::Df11),
     );
-    let text = &r["pipeline.f32.t5_hidden_states"];
-    let pooled = &r["pipeline.f32.clip_pooled"];
+    let on = |name: &str| r[name].to_device(device).unwrap();
+    let text = &on("pipeline.f32.t5_hidden_states");
+    let pooled = &on("pipeline.f32.clip_pooled");
     let tokens = json["image_seq_len"].as_u64().unwrap() as usize;
     let [h, w] = [8usize, 8];
     let (img, txt) = (
-        image_ids(h / 2, w / 2, &device).unwrap(),
-        text_ids(text.dim(1).unwrap(), &device).unwrap(),
+        image_ids(h / 2, w / 2, device).unwrap(),
+        text_ids(text.dim(1).unwrap(), device).unwrap(),
     );
-    let guidance =
-        Tensor::new(&[json["guidance_scale"].as_f64().unwrap() as f32], &device).unwrap();
+    let guidance = Tensor::new(&[json["guidance_scale"].as_f64().unwrap() as f32], device).unwrap();
     let sigmas = scheduler.sigmas(4, tokens).unwrap();
-    let (mut a, mut b) = (r["latents.init"].clone(), r["latents.init"].clone());
+    let (mut a, mut b) = (on("latents.init"), on("latents.init"));
     for i in 0..4 {
-        let t = Tensor::new(&[scheduler.timestep(sigmas[i])], &device).unwrap();
+        let t = Tensor::new(&[scheduler.timestep(sigmas[i])], device).unwrap();
         let t = (t / 1000.0).unwrap();
         let predict = |model: &FluxTransformer, latents: &Tensor| {
             model
@@ -138,17 +146,23 @@ fn the_denoising_loop_matches_diffusers_and_df11_equals_bf16() {
         assert_eq!(
             common::f32_bits(&pa),
             common::f32_bits(&pb),
-            "step {i}: DF11 differs from BF16"
+            "{device:?} step {i}: DF11 differs from BF16"
         );
         let want = &r[&format!("pipeline.f32.step{i}.noise_pred")];
         let err = common::max_abs_diff(&pa, want);
-        eprintln!("step {i}: prediction {err:.3e} from diffusers'");
-        assert!(err <= 1e-5, "step {i}: prediction {err} from diffusers'");
+        eprintln!("{device:?} step {i}: prediction {err:.3e} from diffusers'");
+        assert!(
+            err <= 1e-5,
+            "{device:?} step {i}: prediction {err} from diffusers'"
+        );
         a = euler_step(&a, &pa, sigmas[i], sigmas[i + 1]).unwrap();
         b = euler_step(&b, &pb, sigmas[i], sigmas[i + 1]).unwrap();
     }
     let err = common::max_abs_diff(&a, &r["pipeline.f32.latents_final"]);
-    eprintln!("final latents {err:.3e} from diffusers'");
-    assert!(err <= 5e-5, "final latents {err} from diffusers'");
+    eprintln!("{device:?}: final latents {err:.3e} from diffusers'");
+    assert!(
+        err <= 5e-5,
+        "{device:?}: final latents {err} from diffusers'"
+    );
     assert_eq!(common::f32_bits(&a), common::f32_bits(&b));
 }
