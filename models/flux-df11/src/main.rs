@@ -98,6 +98,9 @@ fn main() -> Result<()> {
             cli.out.display()
         );
     }
+    // The one place the program reads its environment (HF_HUB_OFFLINE, the DF11_* settings of
+    // the transformer's weights).
+    let env = df11_llm::args::Vars::from_os(std::env::vars_os());
     let t0 = Instant::now();
     let sources = SourceOptions {
         model_id: cli.model_id.clone(),
@@ -106,7 +109,7 @@ fn main() -> Result<()> {
         base_id: cli.base_id.clone(),
         base_revision: cli.base_revision.clone(),
         base_dir: cli.base_dir.clone(),
-        offline: cli.offline || env_offline(),
+        offline: cli.offline || env.offline(),
         cache_dir: cli.cache_dir.clone(),
     }
     .sources()?;
@@ -162,7 +165,7 @@ fn main() -> Result<()> {
         &pipeline,
         &device,
         dtype,
-        df11_candle::Df11Options::default(),
+        df11_llm::args::weight_options(None, None, &env)?,
     )?;
     let scheduler = SchedulerConfig::open(&base.join("scheduler/scheduler_config.json"))?;
     let load_s = t2.elapsed().as_secs_f64();
@@ -195,16 +198,6 @@ fn main() -> Result<()> {
     };
     eprintln!("{}\nwrote {}", report.render(), cli.out.display());
     Ok(())
-}
-
-/// Whether `HF_HUB_OFFLINE` asks for offline mode (as huggingface_hub reads it).
-fn env_offline() -> bool {
-    std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| {
-        matches!(
-            v.trim().to_ascii_lowercase().as_str(),
-            "1" | "on" | "yes" | "true"
-        )
-    })
 }
 
 /// Writes `image` as an 8-bit RGB PNG.
