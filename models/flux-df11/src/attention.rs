@@ -164,6 +164,20 @@ impl Attention {
     }
 }
 
+/// Lets the f32 matrix products of this process (on CUDA: the attention's, the only ones a BF16
+/// run makes) round their inputs to TF32 (candle's `set_gemm_reduced_precision_f32`, a process-
+/// wide setting: for programs, which `flux-df11` turns on unless `--exact-attention`). In a BF16
+/// run the queries and keys are BF16 values, exact in TF32, so the scores are the f32 ones up to
+/// the order of the sums; the probabilities keep 11 bits, more than the BF16 probabilities of a
+/// flash attention. A DF11 and a BF16 transformer run alike still agree bit for bit. No effect
+/// on the CPU.
+pub fn allow_tf32(allow: bool) {
+    #[cfg(feature = "cuda")]
+    candle_core::cuda::set_gemm_reduced_precision_f32(allow);
+    #[cfg(not(feature = "cuda"))]
+    let _ = allow;
+}
+
 /// The most bytes of f32 scores attention makes at once: at FLUX.1's 4,608 tokens a head's
 /// scores are 85 MB, all 24 heads' 2 GB (and softmax makes two more of them), so heads go
 /// through in groups.

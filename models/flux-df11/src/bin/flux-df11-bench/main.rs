@@ -69,6 +69,10 @@ enum Command {
         /// One JSON object on stdout.
         #[arg(long)]
         json: bool,
+        /// Keep the attention's f32 matrix products in full f32 on CUDA instead of TF32 inputs
+        /// (the `flux-df11` program's default; its `--exact-attention`).
+        #[arg(long)]
+        exact_attention: bool,
     },
 }
 
@@ -118,7 +122,11 @@ fn main() -> Result<()> {
             steps,
             text_len,
             json,
-        } => run(&dir, format, width, height, steps, text_len, json),
+            exact_attention,
+        } => {
+            flux_df11::attention::allow_tf32(!exact_attention);
+            run(&dir, format, width, height, steps, text_len, json)
+        }
     }
 }
 
