@@ -68,7 +68,7 @@ while read -r name crate; do
   skip=()
   [ "$short" = serve ] && skip=(--skip the_openai_client)
   seed=$(run_seed)
-  (cd "$crate" && CARGO_MANIFEST_DIR=$PWD DF11_BIN_DIR=$BIN DF11_TEST_SEED=$seed \
+  (cd "$crate" && CARGO_MANIFEST_DIR=$PWD DF11_TEST_SEED=$seed \
     timeout "${SUITE_TEST_TIMEOUT:-300}" "$BIN/$name" --test-threads=1 "${skip[@]}") > "$tlog" 2>&1
   rc=$?
   if [ $rc = 0 ]; then
@@ -191,7 +191,7 @@ variant_run() {
   local seed rc
   seed=$(run_seed)
   # shellcheck disable=SC2086
-  (cd "$crate" && env "$setting" CARGO_MANIFEST_DIR=$PWD DF11_BIN_DIR=$BIN DF11_TEST_SEED=$seed \
+  (cd "$crate" && env "$setting" CARGO_MANIFEST_DIR=$PWD DF11_TEST_SEED=$seed \
     timeout "${SUITE_TEST_TIMEOUT:-300}" "$BIN/$bin" --test-threads=1 ${4:-}) > "$log" 2>&1
   rc=$?
   if [ $rc = 0 ]; then

@@ -56,7 +56,7 @@ for b in "${benches[@]}"; do cp "$TARGET/release/$b" "$SUITE/"; done
 # The end-to-end bench's tools (scripts/gpu-e2e-run.sh uses them).
 cp "$TARGET/release/synth_model" "$TARGET/release/df11" "$TARGET/release/qwen3-df11-bench" \
   "$TARGET/release/flux-df11-bench" "$SUITE/"
-# The model binaries, for the models' end-to-end CLI tests (found through DF11_BIN_DIR); a
+# The model binaries, for the models' end-to-end CLI tests (found beside the test binaries); a
 # model crate without one (a library) has none to copy.
 for m in models/*/; do
   m=$(basename "$m")

@@ -33,7 +33,7 @@ for ((n = 0; n < runs || n < ${#seeds[@]}; n++)); do
   seed=${seeds[$n]:-$(( (RANDOM << 15) | RANDOM ))}
   log=$LOG/replay_$n.log
   t0=$(date +%s)
-  (cd "$crate" && exec env "${settings[@]}" CARGO_MANIFEST_DIR=$PWD DF11_BIN_DIR=$BIN DF11_TEST_SEED=$seed \
+  (cd "$crate" && exec env "${settings[@]}" CARGO_MANIFEST_DIR=$PWD DF11_TEST_SEED=$seed \
     "$BIN/$bin" --test-threads=1 --nocapture "$@") > "$log" 2>&1 &
   pid=$!
   waited=0

@@ -1,16 +1,19 @@
 //! Where the workspace's test fixtures are: `tests/fixtures`, used by this crate's tests and
 //! by `df11_llm::testing` (not part of the library's API).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-/// `tests/fixtures` of the workspace. Resolved at run time from `CARGO_MANIFEST_DIR` (so test
-/// binaries carried to another machine find the fixtures next to the crate; every crate of
-/// the workspace is two folders down), falling back to the compile-time value. Panics when the
-/// folder is missing: a test must not pass without data.
+/// `tests/fixtures` of the workspace: `../../tests/fixtures` from the working directory where
+/// it is there (a test runs in its crate's folder, and every crate of the workspace is two
+/// folders down: so test binaries carried to another machine and run from their crate's folder
+/// find the fixtures of that checkout), else from the crate's folder as compiled. Panics when
+/// the folder is missing: a test must not pass without data.
 pub fn fixtures() -> PathBuf {
-    let manifest = std::env::var("CARGO_MANIFEST_DIR")
-        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
-    let dir = PathBuf::from(manifest).join("../../tests/fixtures");
+    let relative = Path::new("../../tests/fixtures");
+    let here = std::env::current_dir().ok().map(|d| d.join(relative));
+    let dir = here
+        .filter(|d| d.join("models").is_dir())
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(relative));
     assert!(
         dir.join("models").is_dir(),
         "fixtures not found at {}",

@@ -8,6 +8,7 @@ const NAME: &str = "gemma3-tiny";
 
 fn gemma() -> ModelUnderTest {
     ModelUnderTest::of::<gemma3_df11::Gemma3Arch>(&[NAME], "gemma3-df11".into())
+        .with_vars(|name| std::env::var(name).ok())
 }
 
 #[test]

@@ -44,7 +44,8 @@ fn variant(
 
 fn logits(dir: &Path) -> Vec<f32> {
     let prompt = ids(&reference(NAME)["prompt_ids"]);
-    let gemma = ModelUnderTest::of::<gemma3_df11::Gemma3Arch>(&[NAME], "gemma3-df11".into());
+    let gemma = ModelUnderTest::of::<gemma3_df11::Gemma3Arch>(&[NAME], "gemma3-df11".into())
+        .with_vars(|name| std::env::var(name).ok());
     let mut loaded = gemma.load_dir(dir, true, DType::F32);
     values(&loaded.model.forward(&input(&prompt), 0).unwrap())
 }

@@ -14,6 +14,7 @@ fn llama() -> ModelUnderTest {
         &MODELS,
         df11_llm::testing::binary("llama-df11", env!("CARGO_BIN_EXE_llama-df11")),
     )
+    .with_vars(|name| std::env::var(name).ok())
 }
 
 #[test]

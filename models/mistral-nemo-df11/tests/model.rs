@@ -4,5 +4,7 @@
 df11_llm::model_tests!(
     mistral_nemo_df11::MistralArch,
     "mistral-nemo-df11",
-    ["mistral-nemo-tiny"]
+    ["mistral-nemo-tiny"],
+    // The options of the tests: this binary's DF11_* variables (the GPU suite's variants).
+    |name| std::env::var(name).ok()
 );

@@ -4,5 +4,7 @@
 df11_llm::model_tests!(
     qwen3_df11::Qwen3Arch,
     "qwen3-df11",
-    ["qwen3-tiny", "qwen3-tied-tiny"]
+    ["qwen3-tiny", "qwen3-tied-tiny"],
+    // The options of the tests: this binary's DF11_* variables (the GPU suite's variants).
+    |name| std::env::var(name).ok()
 );

@@ -6,8 +6,8 @@ use candle_core::DType;
 use df11_candle::WeightFormat;
 
 use super::{copy_fixture, text_config, ModelUnderTest};
-use super::{ids, input, input_on, logit_bits, model_dir, open_df11, reference, test_device};
-use crate::{CausalLm, DecodeOptions, DecoderModel, LoadBar, ModelConfig, PromptAttention};
+use super::{ids, input, input_on, logit_bits, model_dir, reference, test_device};
+use crate::{CausalLm, DecodeOptions, DecoderModel, ModelConfig, PromptAttention};
 
 /// Logit bits of `prompt` and of three decode steps after it (from an empty cache).
 fn prompt_and_steps<M: CausalLm>(model: &mut M, prompt: &[u32]) -> Vec<Vec<u32>> {
@@ -36,9 +36,9 @@ pub fn df11_logits_equal_bf16_logits_bit_for_bit(m: &ModelUnderTest) {
         } else {
             WeightFormat::Dense
         };
-        let weights = crate::testing::open_weights(&dir, format, &test_device(), dtype);
+        let weights = m.open_weights(&dir, format, &test_device(), dtype);
         let config = ModelConfig::open(&dir).unwrap();
-        let model = crate::testing::built(m.build, &config, &weights, &LoadBar::hidden()).unwrap();
+        let model = m.built(&config, &weights).unwrap();
         (model, weights.loaded_unit_bytes())
     };
     for name in m.fixtures {
@@ -162,8 +162,8 @@ pub fn decode_paths_agree(m: &ModelUnderTest) {
         let dir = model_dir(name, "df11");
         let config = ModelConfig::open(&dir).unwrap();
         let open = |dtype: DType| {
-            let weights = crate::testing::open_weights(&dir, WeightFormat::Df11, &device, dtype);
-            crate::testing::built(m.build, &config, &weights, &LoadBar::hidden()).unwrap()
+            let weights = m.open_weights(&dir, WeightFormat::Df11, &device, dtype);
+            m.built(&config, &weights).unwrap()
         };
         let run = |model: &mut DecoderModel,
                    cuda_graph: bool,
@@ -174,7 +174,7 @@ pub fn decode_paths_agree(m: &ModelUnderTest) {
                 cuda_graph,
                 step_kernels,
                 prompt_attention,
-                ..crate::testing::decode_options()
+                ..m.decode.clone()
             };
             model.set_options(options).unwrap();
             step_logits(model, &prompt, &then)
@@ -240,19 +240,19 @@ pub fn decode_paths_agree(m: &ModelUnderTest) {
 pub fn decode_ahead_is_exact(m: &ModelUnderTest) {
     let device = test_device();
     let name = m.fixtures[0];
-    let (base, config, weights) = open_df11(name, &device);
+    let (base, config, weights) = m.open_df11(name, &device);
     let prompt: Vec<u32> = base
         .iter()
         .cycle()
         .take(40.max(base.len()))
         .copied()
         .collect();
-    let mut model = crate::testing::built(m.build, &config, &weights, &LoadBar::hidden()).unwrap();
+    let mut model = m.built(&config, &weights).unwrap();
     let mut run = |ahead: bool| {
         let options = DecodeOptions {
             max_context: Some(prompt.len() + 4),
             decode_ahead: ahead,
-            ..crate::testing::decode_options()
+            ..m.decode.clone()
         };
         model.set_options(options).unwrap();
         prompt_and_steps(&mut model, &prompt)
@@ -267,18 +267,12 @@ pub fn decode_ahead_is_exact(m: &ModelUnderTest) {
     }
     // And the BF16 original, run the same way, gives those logits too.
     let dir = model_dir(name, "bf16");
-    let bf16 = crate::testing::open_weights(&dir, WeightFormat::Dense, &device, weights.dtype());
-    let mut original = crate::testing::built(
-        m.build,
-        &ModelConfig::open(&dir).unwrap(),
-        &bf16,
-        &LoadBar::hidden(),
-    )
-    .unwrap();
+    let bf16 = m.open_weights(&dir, WeightFormat::Dense, &device, weights.dtype());
+    let mut original = m.built(&ModelConfig::open(&dir).unwrap(), &bf16).unwrap();
     original
         .set_options(DecodeOptions {
             max_context: Some(prompt.len() + 4),
-            ..crate::testing::decode_options()
+            ..m.decode.clone()
         })
         .unwrap();
     assert!(
@@ -315,12 +309,11 @@ pub fn engine_batches_equal_single_runs(m: &ModelUnderTest) {
     let dir = model_dir(name, "df11");
     let config = ModelConfig::open(&dir).unwrap();
     let engine = || {
-        let weights = crate::testing::open_weights(&dir, WeightFormat::Df11, &device, dtype);
-        let mut model =
-            crate::testing::built(m.build, &config, &weights, &LoadBar::hidden()).unwrap();
+        let weights = m.open_weights(&dir, WeightFormat::Df11, &device, dtype);
+        let mut model = m.built(&config, &weights).unwrap();
         let options = DecodeOptions {
             max_context: Some(prompt.len() + 16),
-            ..crate::testing::decode_options()
+            ..m.decode.clone()
         };
         model.set_options(options).unwrap();
         Engine::new(model, 4).unwrap()

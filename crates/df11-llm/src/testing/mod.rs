@@ -54,6 +54,11 @@ pub struct ModelUnderTest {
     pub fixtures: &'static [&'static str],
     /// The model binary ([`binary`]).
     pub binary: PathBuf,
+    /// How the tests open weights (the defaults, or the test binary's `DF11_*` variables:
+    /// [`Self::with_vars`]).
+    pub weights: df11_candle::Df11Options,
+    /// How the tests' models run decode steps (likewise).
+    pub decode: crate::model::DecodeOptions,
 }
 
 impl ModelUnderTest {
@@ -69,7 +74,54 @@ impl ModelUnderTest {
             build: A::load,
             fixtures,
             binary,
+            weights: Default::default(),
+            decode: Default::default(),
         }
+    }
+
+    /// The options the `DF11_*` variables of `vars` set (the test binary reads its environment
+    /// and hands it over: the GPU suite's variants set them); panics on a bad value.
+    pub fn with_vars(mut self, vars: impl Fn(&str) -> Option<String>) -> Self {
+        let bad = "the test's DF11 variables";
+        self.weights =
+            df11_candle::Df11Options::from_vars(&vars).unwrap_or_else(|e| panic!("{bad}: {e}"));
+        self.decode =
+            crate::model::DecodeOptions::from_vars(&vars).unwrap_or_else(|e| panic!("{bad}: {e}"));
+        self
+    }
+
+    /// A fixture's DF11 folder opened on `device` in the compute dtype the tests use there
+    /// (BF16 on CUDA, f32 on the CPU): its prompt, config and weights.
+    pub fn open_df11(&self, name: &str, device: &Device) -> (Vec<u32>, ModelConfig, ModelWeights) {
+        let dtype = if device.is_cuda() {
+            DType::BF16
+        } else {
+            DType::F32
+        };
+        let prompt = ids(&reference(name)["prompt_ids"]);
+        let dir = model_dir(name, "df11");
+        let config = ModelConfig::open(&dir).unwrap();
+        let weights = self.open_weights(&dir, WeightFormat::Df11, device, dtype);
+        (prompt, config, weights)
+    }
+
+    /// `dir` opened as `format` on `device` in `dtype`, with the test's weight options.
+    pub fn open_weights(
+        &self,
+        dir: &Path,
+        format: WeightFormat,
+        device: &Device,
+        dtype: DType,
+    ) -> ModelWeights {
+        ModelWeights::open_with(dir, format, device, dtype, self.weights)
+            .unwrap_or_else(|e| panic!("opening {}: {e}", dir.display()))
+    }
+
+    /// The model of `config` on `weights`, running by the test's decode options.
+    pub fn built(&self, config: &ModelConfig, weights: &ModelWeights) -> Result<DecoderModel> {
+        let mut model = (self.build)(config, weights, &LoadBar::hidden())?;
+        model.set_options(self.decode.clone())?;
+        Ok(model)
     }
 
     /// Loads `dir` on the CPU (`bf16`: as a plain BF16 folder), or the error.
@@ -82,8 +134,8 @@ impl ModelUnderTest {
             offload: Default::default(),
             dtype,
             show_progress: false,
-            weights: weight_options(),
-            decode: decode_options(),
+            weights: self.weights,
+            decode: self.decode.clone(),
         })
     }
 
@@ -131,19 +183,27 @@ impl ModelUnderTest {
 }
 
 /// Declares the shared model tests (see [`crate::testing`]) for architecture `$arch`, its binary
-/// `$bin` (the package's `[[bin]]` name) and its fixtures.
+/// `$bin` (the package's `[[bin]]` name), its fixtures, and the variables the tests take their
+/// options from (`$vars`: `Fn(&str) -> Option<String>`, the test binary's environment: the GPU
+/// suite's variants set `DF11_*`; [`ModelUnderTest::with_vars`]).
 ///
 /// ```ignore
-/// df11_llm::model_tests!(qwen3_df11::Qwen3Arch, "qwen3-df11", ["qwen3-tiny", "qwen3-tied-tiny"]);
+/// df11_llm::model_tests!(
+///     qwen3_df11::Qwen3Arch,
+///     "qwen3-df11",
+///     ["qwen3-tiny", "qwen3-tied-tiny"],
+///     |name| std::env::var(name).ok()
+/// );
 /// ```
 #[macro_export]
 macro_rules! model_tests {
-    ($arch:ty, $bin:literal, [$($fixture:literal),+ $(,)?]) => {
+    ($arch:ty, $bin:literal, [$($fixture:literal),+ $(,)?], $vars:expr $(,)?) => {
         fn model_under_test() -> $crate::testing::ModelUnderTest {
             $crate::testing::ModelUnderTest::of::<$arch>(
                 &[$($fixture),+],
                 $crate::testing::binary($bin, env!(concat!("CARGO_BIN_EXE_", $bin))),
             )
+            .with_vars($vars)
         }
         $crate::model_tests!(@tests model_under_test;
             reference::prompt_ids_match_the_reference_tokenizer,
@@ -185,14 +245,28 @@ macro_rules! model_tests {
     };
 }
 
-/// The path of binary `name` for an end-to-end test: `$DF11_BIN_DIR/<name>` when that variable is
-/// set (test binaries carried to another machine, e.g. the GPU suite, with the model binaries
-/// beside them), else `built`, the path cargo compiled in (`env!("CARGO_BIN_EXE_<name>")`).
+/// The path of binary `name` for an end-to-end test: `built`, the path cargo compiled in
+/// (`env!("CARGO_BIN_EXE_<name>")`), where it exists, else `name` beside the running test
+/// binary (test binaries carried to another machine with the model binaries, e.g. the GPU
+/// suite's) or in the folder above it (cargo's `deps/`).
 pub fn binary(name: &str, built: &str) -> PathBuf {
-    match std::env::var_os("DF11_BIN_DIR") {
-        Some(dir) => PathBuf::from(dir).join(name),
-        None => PathBuf::from(built),
+    let built = PathBuf::from(built);
+    if built.is_file() {
+        return built;
     }
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("the test binary's path: {e}"));
+    exe.ancestors()
+        .skip(1)
+        .take(2)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "binary `{name}` not found: not at {} nor beside {}",
+                built.display(),
+                exe.display()
+            )
+        })
 }
 
 pub use df11_candle::fixtures::{fixtures, model_dir};
@@ -230,57 +304,6 @@ pub fn input(ids: &[u32]) -> Tensor {
 /// `[1, seq]` u32 ids on `device`.
 pub fn input_on(ids: &[u32], device: &Device) -> Tensor {
     Tensor::new(ids, device).unwrap().unsqueeze(0).unwrap()
-}
-
-/// A fixture's DF11 folder opened on `device` in the compute dtype the tests use there (BF16 on
-/// CUDA, f32 on the CPU): its prompt, config and weights.
-pub fn open_df11(name: &str, device: &Device) -> (Vec<u32>, ModelConfig, ModelWeights) {
-    let dtype = if device.is_cuda() {
-        DType::BF16
-    } else {
-        DType::F32
-    };
-    let prompt = ids(&reference(name)["prompt_ids"]);
-    let dir = model_dir(name, "df11");
-    let config = ModelConfig::open(&dir).unwrap();
-    let weights = open_weights(&dir, WeightFormat::Df11, device, dtype);
-    (prompt, config, weights)
-}
-
-/// The weight options of a test: the `DF11_*` variables' (the GPU suite's variants set them),
-/// else the defaults.
-pub fn weight_options() -> df11_candle::Df11Options {
-    df11_candle::Df11Options::from_vars(|n| std::env::var(n).ok())
-        .unwrap_or_else(|e| panic!("the test's DF11 variables: {e}"))
-}
-
-/// The decode options of a test: the `DF11_*` variables', else the defaults.
-pub fn decode_options() -> crate::model::DecodeOptions {
-    crate::model::DecodeOptions::from_vars(|n| std::env::var(n).ok())
-        .unwrap_or_else(|e| panic!("the test's DF11 variables: {e}"))
-}
-
-/// `build`'s model of `config` on `weights`, running by the test's [`decode_options`].
-pub fn built(
-    build: fn(&ModelConfig, &ModelWeights, &LoadBar) -> Result<DecoderModel>,
-    config: &ModelConfig,
-    weights: &ModelWeights,
-    bar: &LoadBar,
-) -> Result<DecoderModel> {
-    let mut model = build(config, weights, bar)?;
-    model.set_options(decode_options())?;
-    Ok(model)
-}
-
-/// `dir` opened as `format` on `device` in `dtype`, with the test's [`weight_options`].
-pub fn open_weights(
-    dir: &Path,
-    format: WeightFormat,
-    device: &Device,
-    dtype: DType,
-) -> ModelWeights {
-    ModelWeights::open_with(dir, format, device, dtype, weight_options())
-        .unwrap_or_else(|e| panic!("opening {}: {e}", dir.display()))
 }
 
 /// The device of the device-level tests: CUDA device 0 when built with the `cuda` feature (the

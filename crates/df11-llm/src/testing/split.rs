@@ -9,7 +9,7 @@
 
 use candle_core::Device;
 
-use super::{input_on, logit_bits, open_df11, test_device, ModelUnderTest};
+use super::{input_on, logit_bits, test_device, ModelUnderTest};
 use crate::engine::Engine;
 use crate::placement::{DeviceMap, LayerSplit, Offload, Placement, Segment};
 use crate::{CausalLm, DecodeOptions, DecoderModel, LoadBar};
@@ -68,17 +68,16 @@ pub fn split_layers_equal_one_device(m: &ModelUnderTest) {
     eprintln!("{}: split over {which}", m.name);
     let device = devices[0].clone();
     for name in m.fixtures {
-        let (prompt, config, weights) = open_df11(name, &device);
+        let (prompt, config, weights) = m.open_df11(name, &device);
         let spec = || (m.spec)(&config, &weights).unwrap();
         let layers = spec().layers.len();
         assert!(layers >= 2, "{name}: a split needs two layers");
         let options = |cuda_graph: bool| DecodeOptions {
             max_context: Some(prompt.len() + 8),
             cuda_graph,
-            ..crate::testing::decode_options()
+            ..m.decode.clone()
         };
-        let mut single =
-            crate::testing::built(m.build, &config, &weights, &LoadBar::hidden()).unwrap();
+        let mut single = m.built(&config, &weights).unwrap();
         // Explicit segments: the first layer alone, an empty segment, the rest.
         let counts: Vec<usize> = if devices.len() == 3 {
             vec![1, 0, layers - 1]
@@ -163,15 +162,14 @@ pub fn split_layers_equal_one_device(m: &ModelUnderTest) {
 pub fn offloaded_layers_equal_resident(m: &ModelUnderTest) {
     let device = test_device();
     for name in m.fixtures {
-        let (prompt, config, weights) = open_df11(name, &device);
+        let (prompt, config, weights) = m.open_df11(name, &device);
         let spec = || (m.spec)(&config, &weights).unwrap();
         let layers = spec().layers.len();
         let options = DecodeOptions {
             max_context: Some(prompt.len() + 8),
-            ..crate::testing::decode_options()
+            ..m.decode.clone()
         };
-        let mut resident =
-            crate::testing::built(m.build, &config, &weights, &LoadBar::hidden()).unwrap();
+        let mut resident = m.built(&config, &weights).unwrap();
         resident.set_options(options.clone()).unwrap();
         let want = prompt_and_steps(&mut resident, &prompt, 4);
         // The last layer, every layer, and the last layer of a model split over two devices.
