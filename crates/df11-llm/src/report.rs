@@ -5,7 +5,7 @@ use std::fmt::Write;
 use crate::generate::Generation;
 
 /// Bytes as GiB/MiB.
-fn human_bytes(bytes: u64) -> String {
+pub fn human_bytes(bytes: u64) -> String {
     const MIB: f64 = 1024.0 * 1024.0;
     let b = bytes as f64;
     if b >= 1024.0 * MIB {

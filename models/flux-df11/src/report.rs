@@ -50,20 +50,9 @@ impl RunReport {
         let _ = writeln!(s, "total:     {:.2} s", self.total_s);
         let memory = self
             .peak_gpu_bytes
-            .map_or_else(|| "n/a (CPU)".to_string(), human_bytes);
+            .map_or_else(|| "n/a (CPU)".to_string(), df11_llm::report::human_bytes);
         let _ = write!(s, "peak GPU memory: {memory}");
         s
-    }
-}
-
-/// Bytes as GiB or MiB.
-fn human_bytes(bytes: u64) -> String {
-    const MIB: f64 = 1024.0 * 1024.0;
-    let b = bytes as f64;
-    if b >= 1024.0 * MIB {
-        format!("{:.2} GiB", b / (1024.0 * MIB))
-    } else {
-        format!("{:.1} MiB", b / MIB)
     }
 }
 

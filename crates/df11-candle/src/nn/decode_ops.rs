@@ -115,7 +115,6 @@ impl CustomOp1 for SegmentDecodeOp<'_> {
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         use candle_core::backend::BackendStorage;
 
-        use crate::cuda::forms::DeviceForm;
         let Store::Cuda(unit) = &self.on.store else {
             candle_core::bail!("df11: unit `{}` is not on CUDA", self.name)
         };

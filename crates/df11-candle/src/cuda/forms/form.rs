@@ -1,13 +1,13 @@
 //! What a DF11 device form does on the GPU ([`DeviceForm`]), implemented by the packed form and
-//! by the Huffman form with a segment index, and [`Form`], a unit's form as the operations see
-//! it.
+//! by the Huffman form with a segment index (`CudaUnit::form` hands a unit's form out).
 
 use std::ops::Range;
 
 use candle_core::cuda_backend::CudaDevice;
 use candle_core::{CudaStorage, Layout, Shape, Tensor};
 
-use super::huffman::kernels::{decode_segments_on, Df11GemvOp, UnitArgs};
+use super::huffman::kernels::{decode_segments_on, Df11GemvOp};
+use super::huffman::HuffmanBuffers;
 use super::packed::kernels::{decode_packed_on, PackedBuffers, PackedGemvOp};
 use super::packed::tc::PackedTcOp;
 use crate::cuda::matmul::FusedKernel;
@@ -113,7 +113,8 @@ impl DeviceForm for PackedBuffers {
     }
 }
 
-impl DeviceForm for UnitArgs<'_> {
+/// The Huffman form through its segment index (`CudaUnit::form` offers it only with one).
+impl DeviceForm for HuffmanBuffers {
     fn decode_range(
         &self,
         sign_mantissa: &CudaStorage,
@@ -121,7 +122,10 @@ impl DeviceForm for UnitArgs<'_> {
         elements: Range<usize>,
         launch: &CudaDevice,
     ) -> candle_core::Result<(CudaStorage, Shape)> {
-        decode_segments_on(self, sign_mantissa, sm_layout, elements, launch)
+        let Some(unit) = self.segment_args() else {
+            candle_core::bail!("df11: this Huffman unit has no segment index")
+        };
+        decode_segments_on(&unit, sign_mantissa, sm_layout, elements, launch)
     }
 
     fn fused_matmul(
@@ -133,56 +137,16 @@ impl DeviceForm for UnitArgs<'_> {
         _options: &Df11Options,
     ) -> Result<Option<Tensor>> {
         // The tensor-core kernels read packed exponents only.
-        if kernel != FusedKernel::CudaCore || !m.fusable() {
-            return Ok(None);
-        }
+        let unit = match self.segment_args() {
+            Some(unit) if kernel == FusedKernel::CudaCore && m.fusable() => unit,
+            _ => return Ok(None),
+        };
         let op = Df11GemvOp {
-            unit: *self,
+            unit,
             base: m.base,
             rows: m.rows,
             cols: m.cols,
         };
         Ok(Some(sign_mantissa.apply_op2_no_bwd(x2, &op)?))
-    }
-}
-
-/// A unit's device form as the operations use it: packed, or Huffman with its segment index
-/// (a Huffman unit without one is decoded whole blocks at a time, `CudaUnit::decode`).
-pub(crate) enum Form<'a> {
-    Packed(&'a PackedBuffers),
-    Huffman(UnitArgs<'a>),
-}
-
-impl Form<'_> {
-    fn as_dyn(&self) -> &dyn DeviceForm {
-        match self {
-            Form::Packed(p) => *p,
-            Form::Huffman(h) => h,
-        }
-    }
-}
-
-impl DeviceForm for Form<'_> {
-    fn decode_range(
-        &self,
-        sign_mantissa: &CudaStorage,
-        sm_layout: &Layout,
-        elements: Range<usize>,
-        launch: &CudaDevice,
-    ) -> candle_core::Result<(CudaStorage, Shape)> {
-        self.as_dyn()
-            .decode_range(sign_mantissa, sm_layout, elements, launch)
-    }
-
-    fn fused_matmul(
-        &self,
-        sign_mantissa: &Tensor,
-        x2: &Tensor,
-        matrix: Matrix,
-        kernel: FusedKernel,
-        options: &Df11Options,
-    ) -> Result<Option<Tensor>> {
-        self.as_dyn()
-            .fused_matmul(sign_mantissa, x2, matrix, kernel, options)
     }
 }

@@ -29,4 +29,4 @@ pub(crate) mod upload;
 #[cfg(feature = "cuda")]
 mod form;
 #[cfg(feature = "cuda")]
-pub(crate) use form::{DeviceForm, Form, Matrix};
+pub(crate) use form::{DeviceForm, Matrix};

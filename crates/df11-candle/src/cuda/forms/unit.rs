@@ -242,10 +242,10 @@ impl CudaUnit {
 
     /// The unit's form as the operations every form offers ([`super::DeviceForm`]), if it can
     /// decode any element range (packed, or Huffman with a segment index).
-    pub(crate) fn form(&self) -> Option<super::Form<'_>> {
+    pub(crate) fn form(&self) -> Option<&dyn super::DeviceForm> {
         match &self.exponents {
-            Exponents::Packed(p) => Some(super::Form::Packed(p)),
-            Exponents::Huffman(h) => h.segment_args().map(super::Form::Huffman),
+            Exponents::Packed(p) => Some(p),
+            Exponents::Huffman(h) => h.segment_args().map(|_| h as &dyn super::DeviceForm),
         }
     }
 

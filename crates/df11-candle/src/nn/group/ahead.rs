@@ -12,7 +12,6 @@ use candle_core::op::BackpropOp;
 use candle_core::{Device, Storage, Tensor};
 
 use super::{Df11Group, Store};
-use crate::cuda::forms::DeviceForm;
 use crate::cuda::streams::{queue, Marker};
 use crate::error::Result;
 

@@ -48,7 +48,7 @@ impl Df11Group {
         kernel: crate::matmul::FusedKernel,
         options: &crate::Df11Options,
     ) -> Result<Tensor> {
-        use crate::cuda::forms::{DeviceForm, Matrix};
+        use crate::cuda::forms::Matrix;
         let on = self.on_device()?;
         if let Store::Cuda(c) = &on.store {
             if let Some(form) = c.form() {

@@ -74,7 +74,6 @@ impl SegmentBuffers {
 }
 
 /// What a segment kernel needs of a unit besides `sign_mantissa`.
-#[derive(Clone, Copy)]
 pub(crate) struct UnitArgs<'a> {
     pub(crate) luts: &'a CudaSlice<u8>,
     pub(crate) codes: &'a CudaSlice<u8>,
