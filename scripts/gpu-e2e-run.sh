@@ -8,7 +8,7 @@
 # context 8192, and DF11 without the CUDA graph. E2E_QUICK=1 runs batch 1 at context 512 only;
 # E2E_BATCHES="1 8 32" sets the batches at context 512; E2E_NO_LONG=1 skips context 8192.
 # With two GPUs or more, the DF11 model split over GPUs 0 and 1 (batch 1 and 8); and CPU
-# offload (--max-gpu-memory 6GB), next to the official runtime's cpu_offload=True when its
+# offload (--max-gpu-memory 2.5GB and 6GB), next to the official runtime's cpu_offload=True when its
 # wheels are in .whl/ (scripts/fetch-official-wheels.sh; E2E_NO_OFFLOAD=1 skips both).
 set -uo pipefail
 LOG=${OUT:-/tmp/df11-e2e}
@@ -117,16 +117,24 @@ if [ -z "${E2E_OFFICIAL_ONLY:-}" ]; then
     echo "multi-GPU runs: skipped ($gpus GPU on this machine)"
   fi
 fi
-# CPU offload: the weights on the GPU kept within 6 GB; the official runtime offloading too.
-# Our offload row decodes as many steps as the rows it is compared with: the KV cache is sized
-# for the prompt and the steps, and the flash-decoding split (so the attention's summation
+# CPU offload: everything the GPU holds kept within each of E2E_OFFLOAD_BUDGETS (default 2.5GB,
+# where the official runtime's cpu_offload=True runs, and 6GB); the official runtime offloading
+# too. Our offload rows decode as many steps as the rows they are compared with: the KV cache is
+# sized for the prompt and the steps, and the flash-decoding split (so the attention's summation
 # order) follows the cache's size, so rows of other lengths are not bit-comparable.
 if [ -z "${E2E_NO_OFFLOAD:-}" ]; then
-  [ -n "${E2E_OFFICIAL_ONLY:-}" ] || bench "df11 b1 ctx512 offload-6GB" --model-dir "$WORK/df11" --max-gpu-memory 6GB
+  if [ -z "${E2E_OFFICIAL_ONLY:-}" ]; then
+    for budget in ${E2E_OFFLOAD_BUDGETS:-2.5GB 6GB}; do
+      bench "df11 b1 ctx512 offload-$budget" --model-dir "$WORK/df11" --max-gpu-memory "$budget"
+    done
+  fi
   if ls .whl/dfloat11-*.whl > /dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --target /tmp/official-site .whl/*.whl \
       > "$LOG/official-pip.log" 2>&1
-    for mode in "" "--cpu-offload"; do
+    modes=("" "--cpu-offload")
+    # E2E_OFFICIAL_OFFLOAD_ONLY=1: only the official runtime's cpu_offload=True row.
+    [ -z "${E2E_OFFICIAL_OFFLOAD_ONLY:-}" ] || modes=("--cpu-offload")
+    for mode in "${modes[@]}"; do
       label="official b1 ctx512${mode:+ offload}"
       if out=$(PYTHONPATH=/tmp/official-site python3 scripts/official-bench.py "$WORK/df11" \
           $mode --decode-tokens 32 2>> "$LOG/official.err"); then
@@ -174,14 +182,20 @@ for key in sorted(k for k in by if k.startswith("df11 ")):
         same = by[key]["tokens"] == by[key.replace(" no-graph", "")]["tokens"]
         ok &= same
         print(f"graph vs no graph: tokens {'==' if same else '!='}")
-    for suffix in (" split", " offload-6GB", " cpu-pack", " decode-ahead"):
-        if key.endswith(suffix) and key[: -len(suffix)] in by:
-            base = by[key[: -len(suffix)]]
+    for suffix in (" split", " offload-", " cpu-pack", " decode-ahead"):
+        at = key.rfind(suffix)
+        if at > 0 and (suffix.endswith("-") or key.endswith(suffix)) and key[:at] in by:
+            base = by[key[:at]]
             a, b = by[key]["tokens"], base["tokens"]
             n = min(len(a), len(b))  # the offload run decodes fewer steps
             same = n > 0 and a[:n] == b[:n]
             ok &= same
             ratio = by[key]["decode_tok_s"] / base["decode_tok_s"]
             print(f"{key[5:]}: tokens {'==' if same else '!='} one GPU's; decode {ratio:.3f}x")
+official = by.get("official b1 ctx512 offload")
+for key in sorted(k for k in by if " offload-" in k and official):
+    print(f"{key[5:]}: decode {by[key]['decode_tok_s'] / official['decode_tok_s']:.2f}x the official "
+          f"cpu_offload=True; peak {by[key]['peak_bytes'] / 1e9:.2f} GB against "
+          f"{official['peak_bytes'] / 1e9:.2f}; load {by[key]['load_s']:.1f} s against {official['load_s']:.1f}")
 sys.exit(0 if ok else 1)
 PY

@@ -28,9 +28,13 @@ pub enum Phase {
     HostBuild,
     /// Plain tensors (norms, dense weights of a BF16 folder) copied and converted.
     PlainTensors,
+    /// An offloaded unit's device form, built on the GPU, copied back to the host.
+    CopyBack,
+    /// An offloaded unit's host arrays moved into pinned memory.
+    Pin,
 }
 
-const PHASES: [Phase; 9] = [
+const PHASES: [Phase; 11] = [
     Phase::Open,
     Phase::UnitCheck,
     Phase::UploadSignMantissa,
@@ -40,11 +44,13 @@ const PHASES: [Phase; 9] = [
     Phase::GpuPack,
     Phase::HostBuild,
     Phase::PlainTensors,
+    Phase::CopyBack,
+    Phase::Pin,
 ];
 
-static NANOS: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
-static CALLS: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
-static BYTES: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
+static NANOS: [AtomicU64; 11] = [const { AtomicU64::new(0) }; 11];
+static CALLS: [AtomicU64; 11] = [const { AtomicU64::new(0) }; 11];
+static BYTES: [AtomicU64; 11] = [const { AtomicU64::new(0) }; 11];
 
 fn slot(phase: Phase) -> usize {
     PHASES.iter().position(|&p| p == phase).unwrap_or(0)

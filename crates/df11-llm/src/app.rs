@@ -227,7 +227,13 @@ pub fn load_arch(arch: &ArchInfo, opts: &LoadOptions) -> Result<Loaded> {
     let spec = (arch.spec)(&config, &weights)?;
     // A split or offload is planned from each device's free memory and checked before any
     // weight is put on a device.
-    let placement = DecoderModel::plan(&spec, &weights, opts.split.as_ref(), opts.offload)?;
+    let placement = DecoderModel::plan_with(
+        &spec,
+        &weights,
+        opts.split.as_ref(),
+        opts.offload,
+        &opts.decode,
+    )?;
     let bar = LoadBar::new(0, opts.show_progress);
     let mut model =
         DecoderModel::load_placed(spec, &weights, placement, &bar).map_err(out_of_memory)?;

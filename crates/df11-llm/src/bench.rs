@@ -118,6 +118,14 @@ pub fn bench_model<A: Architecture>(opts: &BenchOptions) -> Result<BenchResult> 
     if let Some(profile) = df11_candle::load_profile::report() {
         eprintln!("{profile}  load (whole) | {load_s:.3}");
     }
+    let placement = loaded.model.placement();
+    if placement.offloads() {
+        eprintln!("placement: {}", placement.describe());
+        let budget = placement.offload().describe_accounting();
+        if !budget.is_empty() {
+            eprintln!("device memory planned: {budget}");
+        }
+    }
     let vocab = vocab_size(&loaded.config)?;
     let format = if opts.bf16 { "bf16" } else { "df11" };
     let model = &mut loaded.model;

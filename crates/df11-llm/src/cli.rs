@@ -126,11 +126,15 @@ fn load(
     };
     let format = if opts.bf16 { "BF16" } else { "DF11" };
     let placement = loaded.model.placement();
-    let on = if placement.is_single() {
+    let on = if placement.is_single() && !placement.offloads() {
         format!("{:?}", opts.device)
     } else {
         placement.describe()
     };
+    let budget = placement.offload().describe_accounting();
+    if !budget.is_empty() {
+        eprintln!("device memory planned: {budget}");
+    }
     eprintln!(
         "{} ({format}) from {} on {on} in {:?}, loaded in {:.2} s",
         arch.name,

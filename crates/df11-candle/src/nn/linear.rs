@@ -385,9 +385,10 @@ impl Df11Embedding {
 
     /// Decodes only the rows `ids` need (`ids` on any device; the result on the table's): on
     /// CUDA with the packed form, every id's row (repeats too) in the ids' order by one kernel
-    /// launch ([`Df11Group::decode_rows`]); elsewhere each distinct row's elements when the ids
-    /// are few, else the table a chunk of rows at a time, keeping the rows of the chunk that are
-    /// asked for. The table is never decoded whole.
+    /// launch ([`Df11Group::decode_rows`]); on the CPU each distinct row's elements (rows in
+    /// parallel); elsewhere each distinct row's elements when the ids are few, else the table a
+    /// chunk of rows at a time, keeping the rows of the chunk that are asked for. The table is
+    /// never decoded whole.
     fn rows(&self, s: &MemberSlice, ids: &Tensor) -> Result<Tensor> {
         let flat = ids.flatten_all()?.to_dtype(DType::U32)?.to_vec1::<u32>()?;
         let (vocab, hidden) = (s.shape.0, self.hidden);
@@ -409,7 +410,19 @@ impl Df11Embedding {
         unique.sort_unstable();
         unique.dedup();
         let mut pieces = Vec::new();
-        if unique.len() <= ROW_DECODE_LIMIT {
+        // On the host (an embedding served from host memory while the model runs on a GPU)
+        // each distinct row is decoded on its own, on all cores: the blocks a row spans cost
+        // far less than the chunks of the table a prompt's ids fall in.
+        if s.group.device().is_cpu() && unique.len() > 1 {
+            use rayon::prelude::*;
+            pieces = unique
+                .par_iter()
+                .map(|&id| {
+                    let id = id as usize;
+                    s.group.decode_elements(row(id)..row(id) + hidden)
+                })
+                .collect::<Result<Vec<_>>>()?;
+        } else if unique.len() <= ROW_DECODE_LIMIT {
             for &id in &unique {
                 let id = id as usize;
                 pieces.push(s.group.decode_elements(row(id)..row(id) + hidden)?);

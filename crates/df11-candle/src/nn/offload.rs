@@ -1,6 +1,6 @@
 //! Offloaded units: a unit whose device form is built once at load (the same checked decode and
-//! packing as a resident unit's) and kept in host memory, pinned on CUDA, and put on its device
-//! only while staged. A model stages the next offloaded layer while the current one computes
+//! packing as a resident unit's, on the GPU where a resident unit's is, then copied back) and
+//! kept in host memory, pinned on CUDA, and put on its device only while staged. A model stages the next offloaded layer while the current one computes
 //! and releases each after use, so at most two offloaded layers take device memory at once; an
 //! operation on a unit nobody staged stages it itself, so correctness never depends on the
 //! schedule. The kernels and the bytes they read are those of a resident unit: results are
@@ -73,17 +73,27 @@ impl Offloaded {
             },
             #[cfg(feature = "cuda")]
             Device::Cuda(dev) => {
-                let (mut exponents, tiled) = crate::cuda::unit::HostExponents::build(
-                    name,
-                    t,
-                    layout,
-                    options.exponents,
-                    orders,
+                let (mut exponents, tiled) =
+                    crate::cuda::unit::offloaded_host_form(dev, name, t, layout, options, orders)?;
+                let ctx = dev.cuda_stream().context().clone();
+                let bytes = exponents.host_bytes() + t.sign_mantissa.len();
+                let sign_mantissa = crate::load_profile::timed(
+                    options.profile_load,
+                    crate::load_profile::Phase::Pin,
+                    bytes,
+                    || {},
+                    || -> Result<crate::cuda::upload::HostArray<u8>> {
+                        exponents.pin(dev)?;
+                        let mut sm = match tiled {
+                            Some(sm) => sm,
+                            None => {
+                                crate::cuda::upload::HostArray::pinned_copy(&ctx, t.sign_mantissa)?
+                            }
+                        };
+                        sm.pin(&ctx)?;
+                        Ok(sm)
+                    },
                 )?;
-                exponents.pin(dev)?;
-                let mut sign_mantissa: crate::cuda::upload::HostArray<u8> =
-                    tiled.unwrap_or_else(|| t.sign_mantissa.to_vec()).into();
-                sign_mantissa.pin(&dev.cuda_stream().context().clone())?;
                 HostForm::Cuda {
                     sign_mantissa,
                     exponents: Box::new(exponents),

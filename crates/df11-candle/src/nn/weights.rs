@@ -181,6 +181,23 @@ impl ModelWeights {
         })
     }
 
+    /// The same weights building their units' device forms on the host (the CPU) rather than
+    /// on the GPU ([`Df11Options::gpu_pack`] off): slower, but no transient device memory
+    /// beyond the form itself. The forms are the same bytes either way.
+    pub fn built_on_host(&self) -> Self {
+        let mut options = self.options;
+        options.gpu_pack = false;
+        Self {
+            dir: self.dir.clone(),
+            source: self.source.clone(),
+            format: self.format,
+            device: self.device.clone(),
+            dtype: self.dtype,
+            offload: self.offload,
+            options,
+        }
+    }
+
     /// Whether compressed units of this view are offloaded.
     pub fn is_offloaded(&self) -> bool {
         self.offload
@@ -207,6 +224,32 @@ impl ModelWeights {
                 .filter_map(|name| Some((name.to_string(), index.get(name)?.data.len())))
                 .collect(),
         }
+    }
+
+    /// [`Self::stored_bytes`] with each DF11 unit counted at the most its device form can take
+    /// (for budgets): the packed form at its largest accepted size
+    /// ([`crate::packed::MAX_BITS_PER_WEIGHT`] plus the 8 bits of `sign_mantissa`), or the
+    /// Huffman form (the file's bytes plus a segment index of 0.27 bits a weight and its
+    /// 16 KiB table), whichever is larger.
+    pub fn device_bytes_bound(&self) -> Vec<(String, usize)> {
+        let Source::Df11 { model, .. } = &*self.source else {
+            return self.stored_bytes();
+        };
+        let bound = |u: &crate::format::model::Df11Unit| {
+            let n = u.layout.n_elements as f64;
+            let packed = n * (8.0 + crate::packed::MAX_BITS_PER_WEIGHT) / 8.0 + 4096.0;
+            let huffman = model.unit_bytes(u) as f64 + n * 0.27 / 8.0 + 16384.0 + 4096.0;
+            packed.max(huffman).ceil() as usize
+        };
+        let units = model
+            .units()
+            .iter()
+            .filter_map(|u| Some((u.members.first()?.clone(), bound(u))));
+        let plain = model.plain_tensors().iter().filter_map(|name| {
+            let t = model.plain_tensor(name)?;
+            Some((name.clone(), t.data.len()))
+        });
+        units.chain(plain).collect()
     }
 
     /// The name of every weight in the folder, compressed or plain (a DF11 unit's weights by

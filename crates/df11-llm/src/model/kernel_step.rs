@@ -89,8 +89,9 @@ impl DecoderModel {
         let n = rows.len();
         // The ids stay on the host: the embedding reads them there (DF11) or copies them to its
         // table (dense); a DF11 table's rows are then decoded without a copy back.
-        // Offloaded layers are staged by the host around each layer: no graph.
-        if !self.options.cuda_graph || !self.placement.offloaded().is_empty() {
+        // Offloaded units are staged by the host around each use, and an embedding on the host
+        // is decoded there: no graph.
+        if !self.options.cuda_graph || self.placement.offloads() {
             let ids = Tensor::new(tokens, &Device::Cpu)?.unsqueeze(1)?;
             let mut carry = vec![self.embed(&ids)?.contiguous()?];
             for (s, seg) in self.placement.segments().iter().enumerate() {

@@ -67,8 +67,8 @@ pub struct DecoderModel {
     norm: RmsNorm,
     lm_head: Linear,
     placement: Placement,
-    /// The compressed units of each offloaded layer (empty for the others), staged a layer
-    /// ahead of use and released after it.
+    /// The compressed units of each offloaded layer (empty for the others) and, last, of the
+    /// output projection when it is offloaded: staged a layer ahead of use, released after it.
     offloaded_units: Vec<Vec<std::sync::Arc<df11_candle::Df11Group>>>,
     dtype: DType,
     options: DecodeOptions,
@@ -116,17 +116,31 @@ impl DecoderModel {
             return Err(LlmError::Usage(format!("model spec: {problem}")));
         }
         checks::check_layer_weights(&spec, weights)?;
-        let offloaded = placement.offloaded();
+        let offload = placement.offload().clone();
         let placement = Placement::from_segments(placement.segments().to_vec(), spec.layers.len())?
-            .with_offloaded(offloaded)?;
+            .with_offload(offload)?;
         progress.set_steps(spec.layers.len() + 1);
         let d = &spec.decoder;
         let (vocab, hidden) = (spec.vocab_size, d.hidden_size);
         let prefix = &spec.names.model;
         let first = weights.on_device(placement.first_device());
-        let last = weights.on_device(placement.last_device());
+        let plan = placement.offload().clone();
+        let mut last = weights.on_device(placement.last_device());
+        if plan.head {
+            last = last.offloaded()?;
+        }
+        if plan.head_built_on_host {
+            last = last.built_on_host();
+        }
         let embed_module = format!("{prefix}.embed_tokens");
-        let embed_tokens = first.embedding(&embed_module, vocab, hidden)?;
+        // An embedding served from host memory: its rows are decoded on the host, then copied.
+        let embed_tokens = if plan.host_embedding {
+            weights
+                .on_device(&Device::Cpu)
+                .embedding(&embed_module, vocab, hidden)?
+        } else {
+            first.embedding(&embed_module, vocab, hidden)?
+        };
         let embed_scale = if spec.scale_embedding {
             let scale = Tensor::new(&[(hidden as f32).sqrt()], first.device())?;
             Some(scale.to_dtype(first.dtype())?)
@@ -141,7 +155,7 @@ impl DecoderModel {
             })
             .collect();
         let norm = RmsNorm::load_kind(
-            &last,
+            &weights.on_device(placement.last_device()),
             &format!("{prefix}.norm"),
             hidden,
             d.rms_norm_eps,
@@ -161,23 +175,41 @@ impl DecoderModel {
             vocab,
             hidden,
         )?;
+        let head_units = match (plan.head, lm_head.group()) {
+            (true, Some(g)) => vec![g.clone()],
+            _ => Vec::new(),
+        };
         progress.step();
-        let mut layers = Vec::with_capacity(spec.layers.len());
-        let mut offloaded_units = Vec::with_capacity(spec.layers.len());
-        for i in 0..spec.layers.len() {
+        // Offloaded layers first: each one's build takes device memory only while it is made,
+        // which is then free for the resident layers.
+        let n = spec.layers.len();
+        let order = plan.layers.clone().chain(0..plan.layers.start.min(n));
+        let mut loaded: Vec<Option<DecoderLayer>> = (0..n).map(|_| None).collect();
+        for i in order {
             let mut on = weights.on_device(placement.device_of(i));
             if placement.is_offloaded(i) {
                 on = on.offloaded()?;
             }
-            let layer = DecoderLayer::load(d, &on, &format!("{prefix}.layers.{i}"))?;
-            offloaded_units.push(if placement.is_offloaded(i) {
-                layer.units()
-            } else {
-                Vec::new()
-            });
-            layers.push(layer);
+            if plan.layers_built_on_host {
+                on = on.built_on_host();
+            }
+            loaded[i] = Some(DecoderLayer::load(d, &on, &format!("{prefix}.layers.{i}"))?);
             progress.step();
         }
+        let layers: Vec<DecoderLayer> = loaded.into_iter().flatten().collect();
+        let mut offloaded_units: Vec<_> = layers
+            .iter()
+            .enumerate()
+            .map(|(i, layer)| {
+                if placement.is_offloaded(i) {
+                    layer.units()
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        // The output projection is staged as one more layer, after the last.
+        offloaded_units.push(head_units);
         Ok(Self {
             spec,
             embed_tokens,
@@ -235,7 +267,20 @@ impl DecoderModel {
     /// Runs `body` for layer `layer` with the next layer's offloaded units staged during it and
     /// this layer's released after it.
     fn with_staging<T>(&self, layer: usize, body: impl FnOnce() -> Result<T>) -> Result<T> {
-        self.stage_layer(layer + 1)?;
+        self.with_staging_of(layer, Some(layer + 1), body)
+    }
+
+    /// Runs `body` for layer `layer` (the output projection is layer `layers.len()`) with
+    /// `next`'s offloaded units staged during it and this layer's released after it.
+    fn with_staging_of<T>(
+        &self,
+        layer: usize,
+        next: Option<usize>,
+        body: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        if let Some(next) = next {
+            self.stage_layer(next)?;
+        }
         let out = body();
         self.release_layer(layer);
         #[cfg(feature = "cuda")]
@@ -347,6 +392,8 @@ impl DecoderModel {
     /// `[rows, seq, hidden]` embeddings of `ids`.
     fn embed(&self, ids: &Tensor) -> Result<Tensor> {
         let x = self.embed_tokens.forward(ids)?;
+        // An embedding on the host: its rows go to the first layer's device.
+        let x = to_device(&x, self.placement.first_device())?;
         Ok(match &self.embed_scale {
             Some(scale) => x.broadcast_mul(scale)?,
             None => x,
@@ -360,7 +407,11 @@ impl DecoderModel {
     }
 
     fn logits(&self, normed: &Tensor) -> Result<Tensor> {
-        let logits = self.lm_head.forward(normed)?.squeeze(1)?;
+        // An offloaded output projection is staged while the last layer runs (as layer
+        // `layers.len()`) and released once its product is queued.
+        let n = self.layers.len();
+        let logits = self.with_staging_of(n, None, || Ok(self.lm_head.forward(normed)?))?;
+        let logits = logits.squeeze(1)?;
         match self.spec.final_softcap {
             Some(cap) => softcap(&logits, cap),
             None => Ok(logits),

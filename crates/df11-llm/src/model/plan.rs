@@ -4,10 +4,12 @@
 
 use df11_candle::ModelWeights;
 
+use super::DecodeOptions;
 use super::DecoderModel;
 use crate::error::{LlmError, Result};
-use crate::placement::{device_name, DeviceMap, ModelSizes, Offload, Placement};
+use crate::placement::{device_name, DeviceMap, ModelSizes, Offload, Placement, Reserve};
 use crate::spec::ModelSpec;
+use candle_core::DType;
 
 /// Room left on a device for activations, the KV cache and workspaces: the weights may take
 /// its free memory less 1 GiB and a tenth of the device.
@@ -15,23 +17,43 @@ fn weight_room(free: u64, total: u64) -> u64 {
     free.saturating_sub((1 << 30) + total / 10)
 }
 
+/// Tokens of a prompt chunk the engine runs at once (`crate::Engine`'s prefill chunk): what a
+/// budget counts activations for.
+pub const BUDGET_PROMPT_CHUNK: usize = 2048;
+
 impl DecoderModel {
     /// Where the weights of `spec` go: over `map`'s devices (or all on the weights' device),
     /// with `offload`'s layers in host memory. Sizes come from the folder, free memory from the
     /// driver (on the CPU, which reports none, layers are balanced by bytes). A plan that
-    /// cannot fit is an [`LlmError::OutOfMemory`] naming the device and the sizes.
+    /// cannot fit is an [`LlmError::OutOfMemory`] naming the device and the sizes. A budget
+    /// counts what [`DecoderModel::reserve`] estimates for the default [`DecodeOptions`].
     pub fn plan(
         spec: &ModelSpec,
         weights: &ModelWeights,
         map: Option<&DeviceMap>,
         offload: Offload,
     ) -> Result<Placement> {
-        let sizes = ModelSizes::from_named(
-            &spec.names.model,
-            &spec.names.lm_head,
-            spec.layers.len(),
-            &weights.stored_bytes(),
-        );
+        Self::plan_with(spec, weights, map, offload, &DecodeOptions::default())
+    }
+
+    /// [`DecoderModel::plan`] for a model that will run with `decode` (its maximum context
+    /// sizes the KV cache a budget counts).
+    pub fn plan_with(
+        spec: &ModelSpec,
+        weights: &ModelWeights,
+        map: Option<&DeviceMap>,
+        offload: Offload,
+        decode: &DecodeOptions,
+    ) -> Result<Placement> {
+        let sizes_of = |named: &[(String, usize)]| {
+            ModelSizes::from_named(
+                &spec.names.model,
+                &spec.names.lm_head,
+                spec.layers.len(),
+                named,
+            )
+        };
+        let sizes = sizes_of(&weights.stored_bytes());
         let tied = spec.tie_word_embeddings;
         let path = weights.dir();
         if offload != Offload::None && weights.df11_model().is_none() {
@@ -40,20 +62,32 @@ impl DecoderModel {
                 path.display()
             )));
         }
-        let offloaded = offload.layers(&sizes).map_err(LlmError::Usage)?;
+        // A budget is planned with the most each unit's device form can take; a tied output
+        // projection is the embedding's unit, on the device too when the embedding is not
+        // (counted twice where everything stays: a conservative plan).
+        let mut bound = sizes_of(&weights.device_bytes_bound());
+        if tied {
+            bound.head += bound.embedding;
+        }
+        let reserve = Self::reserve(spec, decode, weights.dtype());
+        let plan = offload.plan(&bound, &reserve).map_err(LlmError::Usage)?;
+        let offloaded = plan.layers.clone();
         let placement = match map {
             Some(map) => plan_split(&sizes, tied, weights, map)?,
             None => Placement::single(weights.device(), spec.layers.len()),
         };
-        let placement = placement.with_offloaded(offloaded.clone())?;
+        let placement = placement.with_offload(plan)?;
         // One device with offloaded layers: what stays must fit (the budget's check for
-        // --max-gpu-memory is `Offload::layers`; this one is the device's).
-        if map.is_none() && !offloaded.is_empty() {
+        // --max-gpu-memory is `Offload::plan`; this one is the device's).
+        if map.is_none() && placement.offloads() {
             if let Some((free, total)) = crate::memory::device_memory(weights.device()) {
-                let mut staying = sizes.clone();
-                let largest = sizes.layers[offloaded.clone()].iter().copied().max();
+                let mut staying = bound.clone();
+                let largest = bound.layers[offloaded.clone()].iter().copied().max();
                 for b in &mut staying.layers[offloaded] {
                     *b = 0;
+                }
+                if placement.offload().host_embedding {
+                    staying.embedding = 0;
                 }
                 let needed = staying.total() + 2 * largest.unwrap_or(0);
                 let name = device_name(weights.device());
@@ -61,6 +95,38 @@ impl DecoderModel {
             }
         }
         Ok(placement)
+    }
+
+    /// What a model of `spec` running with `decode` holds on its device besides its weights,
+    /// estimated from its shapes in `dtype`: the KV cache of one sequence at the maximum
+    /// context, the activations of a prompt chunk of up to [`BUDGET_PROMPT_CHUNK`] tokens and
+    /// the logits, and the largest projection a prompt decodes into a buffer (q/k/v or
+    /// gate/up stacked).
+    pub fn reserve(spec: &ModelSpec, decode: &DecodeOptions, dtype: DType) -> Reserve {
+        let d = &spec.decoder;
+        let size = dtype.size_in_bytes() as u64;
+        let context = match decode.max_context {
+            Some(n) => n.min(d.max_positions),
+            None => d.max_positions.min(super::DEFAULT_MAX_CONTEXT),
+        } as u64;
+        let kv_width = (d.num_key_value_heads * d.head_dim) as u64;
+        let q_width = (d.num_attention_heads * d.head_dim) as u64;
+        let (hidden, inter) = (d.hidden_size as u64, d.intermediate_size as u64);
+        let kv_cache = spec.layers.len() as u64 * 2 * kv_width * context * size;
+        // A token's live activations in a layer: the residual stream and its normed copy, q/k/v
+        // and the attention's output, gate/up and the activation's output.
+        let per_token = 4 * hidden + q_width + 2 * kv_width + q_width + 3 * inter;
+        let chunk = context.min(BUDGET_PROMPT_CHUNK as u64);
+        let activations = chunk * per_token * size + 2 * spec.vocab_size as u64 * 4;
+        let decoded_weight = 2
+            * (hidden * (q_width + 2 * kv_width))
+                .max(hidden * 2 * inter)
+                .max(hidden * q_width);
+        Reserve {
+            kv_cache,
+            activations,
+            decoded_weight,
+        }
     }
 }
 

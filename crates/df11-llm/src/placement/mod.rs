@@ -8,9 +8,10 @@
 //! [`Placement::plan`] turns it into segments from the weights' sizes and each device's free
 //! memory.
 //!
-//! A placement may also keep the compressed units of its last layers in host memory
-//! ([`Offload`]: `--cpu-offload-layers N`, or as many as `--max-gpu-memory` needs); those
-//! layers still run on their segment's device, staged onto it one layer ahead of use.
+//! A placement may also keep compressed units in host memory ([`Offload`]: `--cpu-offload-layers
+//! N`, or as much as `--max-gpu-memory` needs, planned into an [`OffloadPlan`]): its last layers
+//! and the output projection still run on their segment's device, staged onto it one unit
+//! ahead of use; the embedding is then served from host memory.
 
 use std::ops::Range;
 
@@ -23,7 +24,7 @@ mod map;
 mod offload;
 
 pub use map::{DeviceMap, LayerSplit, ModelSizes};
-pub use offload::{parse_size, Offload};
+pub use offload::{parse_size, Offload, OffloadPlan, Reserve};
 
 /// One device's share of a model: layers `layers` (possibly none) run on `device`.
 #[derive(Debug, Clone)]
@@ -34,11 +35,11 @@ pub struct Segment {
     pub layers: Range<usize>,
 }
 
-/// A model's segments, in pipeline order, and its offloaded layers.
+/// A model's segments, in pipeline order, and what is offloaded.
 #[derive(Debug, Clone)]
 pub struct Placement {
     segments: Vec<Segment>,
-    offloaded: Range<usize>,
+    offload: OffloadPlan,
 }
 
 impl Placement {
@@ -49,7 +50,7 @@ impl Placement {
                 device: device.clone(),
                 layers: 0..layers,
             }],
-            offloaded: layers..layers,
+            offload: OffloadPlan::none(layers),
         }
     }
 
@@ -75,21 +76,31 @@ impl Placement {
         crate::device::check_split_streams(&devices)?;
         Ok(Self {
             segments,
-            offloaded: layers..layers,
+            offload: OffloadPlan::none(layers),
         })
     }
 
     /// The same placement with layers `layers` (a range ending at the last layer, possibly
-    /// empty) offloaded.
+    /// empty) offloaded, and nothing else.
     pub fn with_offloaded(self, layers: Range<usize>) -> Result<Self> {
+        self.with_offload(OffloadPlan {
+            layers,
+            ..OffloadPlan::default()
+        })
+    }
+
+    /// The same placement offloading what `plan` says (its layers a range ending at the last
+    /// layer, possibly empty).
+    pub fn with_offload(self, plan: OffloadPlan) -> Result<Self> {
         let n = self.layers();
+        let layers = &plan.layers;
         if layers.end != n || layers.start > n {
             return Err(LlmError::Usage(format!(
                 "offloaded layers {layers:?}: they must end at the last of {n} layers"
             )));
         }
         Ok(Self {
-            offloaded: layers,
+            offload: plan,
             ..self
         })
     }
@@ -101,12 +112,23 @@ impl Placement {
 
     /// The offloaded layers (compressed units in host memory, staged around use).
     pub fn offloaded(&self) -> Range<usize> {
-        self.offloaded.clone()
+        self.offload.layers.clone()
     }
 
     /// Whether layer `layer` is offloaded.
     pub fn is_offloaded(&self, layer: usize) -> bool {
-        self.offloaded.contains(&layer)
+        self.offload.layers.contains(&layer)
+    }
+
+    /// What is offloaded, and under a budget its accounting.
+    pub fn offload(&self) -> &OffloadPlan {
+        &self.offload
+    }
+
+    /// Whether anything (layers, the embedding, the output projection) is in host memory: then
+    /// decode steps are not captured as graphs (the host stages units around each use).
+    pub fn offloads(&self) -> bool {
+        !self.offload.is_empty()
     }
 
     /// Plans `map` for a model of `sizes`: explicit counts as given, or `Auto`, the contiguous
@@ -156,7 +178,7 @@ impl Placement {
             .collect();
         Ok(Self {
             segments,
-            offloaded: layers..layers,
+            offload: OffloadPlan::none(layers),
         })
     }
 
@@ -214,11 +236,18 @@ impl Placement {
             })
             .collect::<Vec<_>>()
             .join(", ");
-        if !self.offloaded.is_empty() {
+        let o = &self.offload;
+        if !o.layers.is_empty() {
             text.push_str(&format!(
                 ", layers {}..{} offloaded",
-                self.offloaded.start, self.offloaded.end
+                o.layers.start, o.layers.end
             ));
+        }
+        if o.head {
+            text.push_str(", output projection offloaded");
+        }
+        if o.host_embedding {
+            text.push_str(", embedding on the host");
         }
         text
     }

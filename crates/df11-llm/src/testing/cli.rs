@@ -262,7 +262,7 @@ pub fn errors_exit_non_zero_with_a_message(m: &ModelUnderTest) {
         (vec!["--cpu", "--cpu-offload-layers", "99"], "layers"),
         (
             vec!["--cpu", "--max-gpu-memory", "1KB"],
-            "every layer offloaded",
+            "every weight offloaded",
         ),
         (vec!["--cpu", "--max-gpu-memory", "lots"], "expected a size"),
         (

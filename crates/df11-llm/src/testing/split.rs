@@ -11,7 +11,7 @@ use candle_core::Device;
 
 use super::{input_on, logit_bits, test_device, ModelUnderTest};
 use crate::engine::Engine;
-use crate::placement::{DeviceMap, LayerSplit, Offload, Placement, Segment};
+use crate::placement::{DeviceMap, LayerSplit, Offload, OffloadPlan, Placement, Segment};
 use crate::{CausalLm, DecodeOptions, DecoderModel, LoadBar};
 
 /// The devices a split runs on here, and a line saying which.
@@ -156,8 +156,9 @@ pub fn split_layers_equal_one_device(m: &ModelUnderTest) {
 
 /// Offloaded layers (their compressed units in host memory, staged one layer ahead of use and
 /// released after it) give the resident model's logits bit for bit, for every fixture: the last
-/// layer offloaded, every layer, and the last layer of a split model (two devices; on CUDA two
-/// devices of GPU 0); prompt and decode steps. After each pass no
+/// layer offloaded, every layer, the last layer of a split model (two devices; on CUDA two
+/// devices of GPU 0), and every layer with the output projection (the embedding served from
+/// host memory in each); prompt and decode steps. After each pass no
 /// offloaded unit is left on the device. On [`test_device`].
 pub fn offloaded_layers_equal_resident(m: &ModelUnderTest) {
     let device = test_device();
@@ -177,23 +178,39 @@ pub fn offloaded_layers_equal_resident(m: &ModelUnderTest) {
             devices: vec![device.clone(); 2],
             split: LayerSplit::Counts(vec![1, layers - 1]),
         };
-        for (offload, map) in [
-            (Offload::Layers(1), None),
-            (Offload::Layers(layers), None),
-            (Offload::Layers(1), Some(&two)),
-        ] {
+        let everything = OffloadPlan {
+            layers: 0..layers,
+            host_embedding: true,
+            head: true,
+            ..OffloadPlan::default()
+        };
+        let cases = [
+            (Offload::Layers(1), None, None),
+            (Offload::Layers(layers), None, None),
+            (Offload::Layers(1), Some(&two), None),
+            (Offload::None, None, Some(everything)),
+        ];
+        for (offload, map, plan) in cases {
             let placement = DecoderModel::plan(&spec(), &weights, map, offload).unwrap();
+            let placement = match &plan {
+                Some(plan) => placement.with_offload(plan.clone()).unwrap(),
+                None => placement,
+            };
             let mut model =
                 DecoderModel::load_placed(spec(), &weights, placement, &LoadBar::hidden()).unwrap();
             model.set_options(options.clone()).unwrap();
-            let offloaded = model.placement().offloaded();
-            assert_eq!(
-                offloaded.len(),
-                layers.min(match offload {
-                    Offload::Layers(n) => n,
-                    _ => 0,
-                })
+            let placed = model.placement().offload().clone();
+            let want_layers = match (offload, &plan) {
+                (_, Some(p)) => p.layers.len(),
+                (Offload::Layers(n), None) => layers.min(n),
+                _ => 0,
+            };
+            assert_eq!(placed.layers.len(), want_layers, "{name} ({offload:?})");
+            assert!(
+                placed.host_embedding,
+                "{name}: the embedding of an offloading model is not on the host"
             );
+            assert_eq!(placed.head, plan.is_some(), "{name} ({offload:?})");
             let units = model.offloaded_units_for_tests();
             assert!(
                 !units.is_empty() && units.iter().all(|u| u.is_offloaded()),

@@ -23,6 +23,7 @@ mod stream_decode;
 pub(crate) use host::HostExponents;
 pub use stream_decode::build_on_gpu_to_host;
 use stream_decode::decode_stream;
+pub(crate) use stream_decode::offloaded_host_form;
 
 /// Devices whose default memory pool already keeps freed memory.
 static POOLS_KEPT: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());

@@ -64,6 +64,37 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + 'static> HostArray<T> {
     }
 }
 
+impl<T: DeviceRepr + ValidAsZeroBits + Copy + 'static> HostArray<T> {
+    /// `values` in new pinned memory of `ctx` (one copy, no pageable array in between).
+    pub(crate) fn pinned_copy(ctx: &Arc<CudaContext>, values: &[T]) -> candle_core::Result<Self> {
+        if values.is_empty() {
+            return Ok(Self::Pageable(Vec::new()));
+        }
+        // SAFETY: every element is written from `values` before the memory is read.
+        let mut pinned = unsafe { ctx.alloc_pinned_with_flags::<T>(values.len(), 0) }.w()?;
+        pinned.as_mut_slice().w()?.copy_from_slice(values);
+        Ok(Self::Pinned(pinned))
+    }
+
+    /// The device array `src` copied straight into new pinned memory (an offloaded unit's form
+    /// built on the GPU: a pageable copy first would cost a page fault per 4 KiB).
+    pub(crate) fn pinned_from_device(
+        device: &CudaDevice,
+        src: &CudaSlice<T>,
+    ) -> candle_core::Result<Self> {
+        if src.is_empty() {
+            return Ok(Self::Pageable(Vec::new()));
+        }
+        let stream = device.cuda_stream();
+        // SAFETY: the copy below writes every element before the memory is read (reads wait
+        // for the copy's event).
+        let mut pinned =
+            unsafe { stream.context().alloc_pinned_with_flags::<T>(src.len(), 0) }.w()?;
+        stream.memcpy_dtoh(src, &mut pinned).w()?;
+        Ok(Self::Pinned(pinned))
+    }
+}
+
 impl<T> From<Vec<T>> for HostArray<T> {
     fn from(v: Vec<T>) -> Self {
         Self::Pageable(v)

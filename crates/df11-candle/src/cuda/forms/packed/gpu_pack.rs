@@ -83,6 +83,36 @@ impl DevicePacked {
         Ok((buffers, self.sign_mantissa))
     }
 
+    /// The form copied back to the host as an offloaded unit keeps it, straight into pinned
+    /// memory, with `sign_mantissa` in storage order where a member is tiled.
+    pub(crate) fn into_pinned_host(
+        self,
+        device: &CudaDevice,
+    ) -> candle_core::Result<(
+        crate::cuda::packed::kernels::PackedHost,
+        Option<crate::cuda::upload::HostArray<u8>>,
+    )> {
+        use crate::cuda::upload::HostArray;
+        let bytes = self.device_bytes();
+        let host = crate::cuda::packed::kernels::PackedHost::from_parts(
+            HostArray::pinned_from_device(device, &self.codes)?,
+            HostArray::pinned_from_device(device, &self.chunk_escapes)?,
+            HostArray::pinned_from_device(device, &self.lane_starts)?,
+            HostArray::pinned_from_device(device, &self.escapes)?,
+            &self.tables,
+            self.members,
+            self.orders,
+            bytes,
+        );
+        let sm = match &self.sign_mantissa {
+            Some(s) => Some(HostArray::pinned_from_device(device, s)?),
+            None => None,
+        };
+        // The copies are done before the device arrays are freed.
+        device.cuda_stream().synchronize().w()?;
+        Ok((host, sm))
+    }
+
     /// The arrays copied back to the host, as [`PackedExponents`] holds them (for comparisons
     /// with the CPU build).
     pub(crate) fn to_host(&self, device: &CudaDevice) -> candle_core::Result<PackedExponents> {

@@ -112,6 +112,40 @@ impl PackedHost {
         }
     }
 
+    /// The form from arrays already on the host (the GPU build copied back): `escapes` padded
+    /// as [`PackedHost::new`] pads it, `bytes` the form's size as
+    /// [`PackedExponents::device_bytes`] counts it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_parts(
+        codes: HostArray<u32>,
+        chunk_escapes: HostArray<u32>,
+        lane_starts: HostArray<u8>,
+        escapes: HostArray<u8>,
+        tables: &[[u8; 8]],
+        members: Vec<Range<usize>>,
+        orders: Vec<Option<TileOrder>>,
+        bytes: usize,
+    ) -> Self {
+        debug_assert_eq!(orders.len(), members.len());
+        let host_tables: Vec<[u32; 2]> = tables.iter().map(table_words).collect();
+        let flat: Vec<u32> = host_tables.iter().flatten().copied().collect();
+        let ends: Vec<i64> = members.iter().map(|m| m.end as i64).collect();
+        Self {
+            codes,
+            chunk_escapes,
+            lane_starts,
+            escapes,
+            tables: flat.into(),
+            host_tables,
+            member_ends: ends.into(),
+            member_cols: member_cols(&orders).into(),
+            n_elements: members.last().map_or(0, |m| m.end),
+            members,
+            orders,
+            bytes,
+        }
+    }
+
     /// Moves the arrays into pinned memory (for staging).
     pub(crate) fn pin(&mut self, ctx: &Arc<CudaContext>) -> candle_core::Result<()> {
         self.codes.pin(ctx)?;

@@ -7,6 +7,7 @@ use candle_core::{CudaStorage, Layout};
 
 use super::CudaUnit;
 use crate::cuda::packed::tile_order::TileOrder;
+use crate::cuda::upload::HostArray;
 use crate::error::Result;
 use crate::format::unit::{UnitLayout, UnitTensors};
 
@@ -81,4 +82,72 @@ pub fn build_on_gpu_to_host(
         }
         None => Ok(None),
     }
+}
+
+/// The host form of a validated unit that is to be offloaded, built as a resident unit's is:
+/// the packed form on the GPU (its stream decoded and checked by the block kernel), then copied
+/// back to the host, where [`crate::Df11Options::gpu_pack`] is on and the form is packed;
+/// otherwise, or where the unit does not pack, [`HostExponents::build`] on the CPU. The device
+/// memory the build takes is freed before this returns; the GPU-built form comes back in pinned
+/// memory. `sign_mantissa` comes back in storage order where a member is tiled.
+pub(crate) fn offloaded_host_form(
+    device: &CudaDevice,
+    name: &str,
+    t: &UnitTensors<'_>,
+    layout: &UnitLayout,
+    options: &crate::Df11Options,
+    orders: &[Option<TileOrder>],
+) -> Result<(super::HostExponents, Option<HostArray<u8>>)> {
+    let form = options.exponents;
+    if form != crate::cuda::packed::ExponentForm::Huffman && options.gpu_pack {
+        let sm = device.clone_htod(t.sign_mantissa)?;
+        let storage = CudaStorage::wrap_cuda_slice(sm, device.clone());
+        let sm_layout = Layout::contiguous(t.sign_mantissa.len());
+        let decode = || decode_stream(device, name, t, layout, (&storage, &sm_layout), options);
+        let built = crate::cuda::packed::gpu_pack::build(
+            device,
+            name,
+            t,
+            layout,
+            orders,
+            &decode,
+            options.profile_load,
+        )?;
+        match built {
+            Some(p) if form == crate::cuda::packed::ExponentForm::Packed || p.fits() => {
+                let settle = || {
+                    let _ = device.cuda_stream().synchronize();
+                };
+                let bytes = p.device_bytes();
+                let (host, sm) = crate::load_profile::timed(
+                    options.profile_load,
+                    crate::load_profile::Phase::CopyBack,
+                    bytes,
+                    settle,
+                    || p.into_pinned_host(device),
+                )?;
+                return Ok((super::HostExponents::Packed(host), sm));
+            }
+            _ => {
+                let (host, _) = super::HostExponents::build(
+                    name,
+                    t,
+                    layout,
+                    crate::cuda::packed::ExponentForm::Huffman,
+                    &[],
+                )?;
+                return Ok((host, None));
+            }
+        }
+    }
+    crate::load_profile::timed(
+        options.profile_load,
+        crate::load_profile::Phase::HostBuild,
+        t.sign_mantissa.len(),
+        || {},
+        || {
+            let (host, sm) = super::HostExponents::build(name, t, layout, form, orders)?;
+            Ok((host, sm.map(HostArray::from)))
+        },
+    )
 }
