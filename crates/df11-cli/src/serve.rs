@@ -51,7 +51,9 @@ pub struct ServeArgs {
 pub fn serve(args: ServeArgs, env: &df11_llm::args::Vars) -> Result<()> {
     anyhow::ensure!(args.max_batch > 0, "--max-batch must be at least 1");
     let archs = architectures();
-    let opts = args.model.load_options(archs[0].default_repo, true, env)?;
+    let mut opts = args.model.load_options(archs[0].default_repo, true, env)?;
+    // A device budget plans for a full batch.
+    opts.decode.sequences = args.max_batch;
     let name = args.served_model_name.clone().unwrap_or_else(|| {
         match (&args.model.model_dir, &args.model.model_id) {
             (Some(dir), _) => dir

@@ -109,6 +109,7 @@ pub fn bench_model<A: Architecture>(opts: &BenchOptions) -> Result<BenchResult> 
         weights: opts.weights,
         decode: DecodeOptions {
             max_context: Some(opts.prompt_tokens + opts.decode_tokens + 2),
+            sequences: opts.batch.max(1),
             cuda_graph: opts.cuda_graph,
             ..opts.decode.clone()
         },

@@ -33,6 +33,10 @@ pub struct DecodeOptions {
     pub decode_ahead: bool,
     /// How a split model's activations cross between GPUs.
     pub split_copy: SplitCopy,
+    /// Sequences decoded at once that a device budget (`--max-gpu-memory`) plans for: their KV
+    /// caches, and above 16 the output projection decoded whole for a step (1: one prompt;
+    /// a server's `--max-batch`).
+    pub sequences: usize,
 }
 
 /// The variables [`DecodeOptions::from_vars`] reads, with their values (the default first).
@@ -54,6 +58,7 @@ impl Default for DecodeOptions {
             prompt_attention: PromptAttention::Flash,
             decode_ahead: false,
             split_copy: SplitCopy::default(),
+            sequences: 1,
         }
     }
 }

@@ -98,10 +98,11 @@ impl DecoderModel {
     }
 
     /// What a model of `spec` running with `decode` holds on its device besides its weights,
-    /// estimated from its shapes in `dtype`: the KV cache of one sequence at the maximum
-    /// context, the activations of a prompt chunk of up to [`BUDGET_PROMPT_CHUNK`] tokens and
-    /// the logits, and the largest projection a prompt decodes into a buffer (q/k/v or
-    /// gate/up stacked).
+    /// estimated from its shapes in `dtype`: the KV caches of [`DecodeOptions::sequences`] at
+    /// the maximum context, the activations of a prompt chunk of up to [`BUDGET_PROMPT_CHUNK`]
+    /// tokens and the logits, and the largest projection decoded into a buffer: q/k/v or
+    /// gate/up stacked for a prompt, the output projection for steps of more rows than the
+    /// fused kernels take.
     pub fn reserve(spec: &ModelSpec, decode: &DecodeOptions, dtype: DType) -> Reserve {
         let d = &spec.decoder;
         let size = dtype.size_in_bytes() as u64;
@@ -109,19 +110,24 @@ impl DecoderModel {
             Some(n) => n.min(d.max_positions),
             None => d.max_positions.min(super::DEFAULT_MAX_CONTEXT),
         } as u64;
+        let sequences = decode.sequences.max(1) as u64;
         let kv_width = (d.num_key_value_heads * d.head_dim) as u64;
         let q_width = (d.num_attention_heads * d.head_dim) as u64;
         let (hidden, inter) = (d.hidden_size as u64, d.intermediate_size as u64);
-        let kv_cache = spec.layers.len() as u64 * 2 * kv_width * context * size;
+        let vocab = spec.vocab_size as u64;
+        let kv_cache = spec.layers.len() as u64 * 2 * kv_width * context * size * sequences;
         // A token's live activations in a layer: the residual stream and its normed copy, q/k/v
         // and the attention's output, gate/up and the activation's output.
         let per_token = 4 * hidden + q_width + 2 * kv_width + q_width + 3 * inter;
-        let chunk = context.min(BUDGET_PROMPT_CHUNK as u64);
-        let activations = chunk * per_token * size + 2 * spec.vocab_size as u64 * 4;
-        let decoded_weight = 2
+        let rows = context.min(BUDGET_PROMPT_CHUNK as u64).max(sequences);
+        let activations = rows * per_token * size + 2 * sequences * vocab * 4;
+        let mut decoded_weight = 2
             * (hidden * (q_width + 2 * kv_width))
                 .max(hidden * 2 * inter)
                 .max(hidden * q_width);
+        if decode.sequences > df11_candle::matmul::TC_MAX_ROWS {
+            decoded_weight = decoded_weight.max(2 * vocab * hidden);
+        }
         Reserve {
             kv_cache,
             activations,
@@ -165,4 +171,59 @@ fn plan_split(
         }
     }
     Ok(placement)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rope::RopeScaling;
+    use crate::spec::{DecoderSpec, RopeSpec};
+
+    /// A Llama-shaped spec: vocab 512, hidden 128, intermediate 256, 4 / 2 heads of 32, 2
+    /// layers, 64 positions.
+    fn spec() -> ModelSpec {
+        let rope = RopeSpec {
+            theta: 1e4,
+            dim: 32,
+            scaling: RopeScaling::None,
+        };
+        ModelSpec::uniform(
+            512,
+            DecoderSpec::llama(128, 256, (4, 2), 32, 1e-6, 64),
+            2,
+            rope,
+            false,
+        )
+    }
+
+    #[test]
+    fn the_reserve_follows_the_context_and_the_sequences() {
+        let one = DecodeOptions {
+            max_context: Some(32),
+            ..DecodeOptions::default()
+        };
+        let r = DecoderModel::reserve(&spec(), &one, DType::BF16);
+        // 2 layers x (K, V) x 2 heads x 32 dims x 32 positions x 2 bytes.
+        assert_eq!(r.kv_cache, 2 * 2 * 64 * 32 * 2);
+        // gate/up stacked: 2 x 256 x 128 BF16.
+        assert_eq!(r.decoded_weight, 2 * 2 * 256 * 128);
+        // The context caps at the model's positions.
+        let long = DecodeOptions {
+            max_context: Some(1 << 20),
+            ..one.clone()
+        };
+        assert_eq!(
+            DecoderModel::reserve(&spec(), &long, DType::BF16).kv_cache,
+            2 * 2 * 64 * 64 * 2
+        );
+        // A batch above the fused kernels' rows decodes the output projection whole.
+        let batch = DecodeOptions {
+            sequences: 32,
+            ..one.clone()
+        };
+        let b = DecoderModel::reserve(&spec(), &batch, DType::BF16);
+        assert_eq!(b.kv_cache, 32 * r.kv_cache);
+        assert_eq!(b.decoded_weight, 2 * 512 * 128);
+        assert!(b.activations > r.activations);
+    }
 }
