@@ -12,12 +12,15 @@
 //! [`DeviceForm`] is what a DF11 form does on the GPU (decode a range, multiply rows through a
 //! fused kernel); `unit::CudaUnit` holds a unit's form and dispatches to it. Shared by the
 //! forms: `exponent_walk` (the checked CPU decode they are built from) and, with `cuda`,
-//! `upload` and `staged_copy` (host arrays to the device at load).
+//! `upload` and `staged_copy` (host arrays to the device at load), `locked_host` (page-locked
+//! host memory for offloaded units).
 
 #[cfg(feature = "cuda")]
 pub(crate) mod dense;
 pub(crate) mod exponent_walk;
 pub mod huffman;
+#[cfg(feature = "cuda")]
+pub(crate) mod locked_host;
 pub mod packed;
 #[cfg(feature = "cuda")]
 pub(crate) mod staged_copy;

@@ -19,11 +19,15 @@ use candle_core::cuda_backend::cudarc::driver::{
 };
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 
+use super::locked_host::{LockedHost, MIN_BYTES as MIN_LOCKED_BYTES};
+
 /// An array of a unit's device form on the host: ordinary memory while it is only uploaded
 /// once, pinned (page-locked) while it is kept for staging.
 pub(crate) enum HostArray<T> {
     Pageable(Vec<T>),
     Pinned(PinnedHostSlice<T>),
+    /// Large arrays of an offloaded unit ([`LockedHost`]: locked in parallel).
+    Locked(LockedHost<T>),
 }
 
 impl<T: DeviceRepr + ValidAsZeroBits + Copy + 'static> HostArray<T> {
@@ -32,6 +36,7 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + 'static> HostArray<T> {
         match self {
             Self::Pageable(v) => Ok(v),
             Self::Pinned(p) => p.as_slice().w(),
+            Self::Locked(l) => Ok(l.as_slice()),
         }
     }
 
@@ -40,6 +45,7 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + 'static> HostArray<T> {
         match self {
             Self::Pageable(v) => v.len(),
             Self::Pinned(p) => p.len(),
+            Self::Locked(l) => l.as_slice().len(),
         }
     }
 
@@ -65,10 +71,24 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + 'static> HostArray<T> {
 }
 
 impl<T: DeviceRepr + ValidAsZeroBits + Copy + 'static> HostArray<T> {
-    /// `values` in new pinned memory of `ctx` (one copy, no pageable array in between).
-    pub(crate) fn pinned_copy(ctx: &Arc<CudaContext>, values: &[T]) -> candle_core::Result<Self> {
+    /// `values` in new page-locked memory of `ctx` (one copy, in parallel, no pageable array
+    /// in between).
+    pub(crate) fn pinned_copy(ctx: &Arc<CudaContext>, values: &[T]) -> candle_core::Result<Self>
+    where
+        T: Send + Sync,
+    {
         if values.is_empty() {
             return Ok(Self::Pageable(Vec::new()));
+        }
+        if std::mem::size_of_val(values) >= MIN_LOCKED_BYTES {
+            use rayon::prelude::*;
+            let mut locked = LockedHost::new(ctx, values.len())?;
+            locked
+                .as_mut_slice()
+                .par_chunks_mut(1 << 20)
+                .zip(values.par_chunks(1 << 20))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+            return Ok(Self::Locked(locked));
         }
         // SAFETY: every element is written from `values` before the memory is read.
         let mut pinned = unsafe { ctx.alloc_pinned_with_flags::<T>(values.len(), 0) }.w()?;
@@ -76,8 +96,9 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + 'static> HostArray<T> {
         Ok(Self::Pinned(pinned))
     }
 
-    /// The device array `src` copied straight into new pinned memory (an offloaded unit's form
-    /// built on the GPU: a pageable copy first would cost a page fault per 4 KiB).
+    /// The device array `src` copied straight into new page-locked memory (an offloaded unit's
+    /// form built on the GPU: a pageable copy first would cost a page fault per 4 KiB). The copy
+    /// is queued on `device`'s stream: synchronize it before the values are read or `src` freed.
     pub(crate) fn pinned_from_device(
         device: &CudaDevice,
         src: &CudaSlice<T>,
@@ -86,6 +107,11 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + 'static> HostArray<T> {
             return Ok(Self::Pageable(Vec::new()));
         }
         let stream = device.cuda_stream();
+        if src.len() * std::mem::size_of::<T>() >= MIN_LOCKED_BYTES {
+            let mut locked = LockedHost::new(stream.context(), src.len())?;
+            stream.memcpy_dtoh(src, locked.as_mut_slice()).w()?;
+            return Ok(Self::Locked(locked));
+        }
         // SAFETY: the copy below writes every element before the memory is read (reads wait
         // for the copy's event).
         let mut pinned =
@@ -125,7 +151,10 @@ impl Uploader<'_> {
     ) -> candle_core::Result<CudaSlice<T>> {
         let values = src.slice()?;
         match self {
-            Self::Staged(s) if matches!(src, HostArray::Pinned(_)) && !values.is_empty() => {
+            Self::Staged(s)
+                if matches!(src, HostArray::Pinned(_) | HostArray::Locked(_))
+                    && !values.is_empty() =>
+            {
                 s.copy(values)
             }
             _ => self.device().clone_htod(values),
