@@ -46,12 +46,13 @@ pub struct ModelArgs {
     pub device_map: crate::placement::LayerSplit,
 
     /// Keep the compressed units of the last N layers in host memory (pinned), copied to the
-    /// GPU one layer ahead of use (DF11 models).
+    /// GPU one layer ahead of use, and the embedding on the host (DF11 models).
     #[arg(long, value_name = "N", conflicts_with = "max_gpu_memory")]
     pub cpu_offload_layers: Option<usize>,
 
-    /// Offload as few last layers as keep the weights on the GPU within SIZE (e.g. `6GB`,
-    /// `6GiB`; DF11 models).
+    /// Keep everything on the GPU (weights, staged layers, KV cache at --max-context,
+    /// activations) within SIZE, e.g. `2.5GB`, `6GiB`: the embedding, then layers, then the
+    /// output projection move to host memory as needed (DF11 models).
     #[arg(long, value_name = "SIZE", value_parser = crate::placement::parse_size)]
     pub max_gpu_memory: Option<u64>,
 

@@ -37,7 +37,8 @@ struct Cli {
     /// Keep the last N layers' compressed units in host memory.
     #[arg(long, conflicts_with = "max_gpu_memory")]
     cpu_offload_layers: Option<usize>,
-    /// Offload as few layers as keep the weights on the GPU within SIZE (e.g. 6GB).
+    /// Keep everything on the GPU within SIZE (e.g. 2.5GB): see `--max-gpu-memory` of the model
+    /// programs.
     #[arg(long, value_parser = df11_llm::parse_size)]
     max_gpu_memory: Option<u64>,
     /// Compute dtype (default bf16 on CUDA, f32 on CPU).
