@@ -4,8 +4,8 @@
 //! the measured best (docs/PERFORMANCE.md); every other value gives the same bits, except where
 //! a field says otherwise.
 //!
-//! The library never reads the environment. A program that wants the `DF11_*` variables passes
-//! them in: `Df11Options::from_vars(|name| std::env::var(name).ok())`.
+//! The library never reads the environment. A program that wants the `DF11_*` variables reads
+//! its environment once in `main` and passes a lookup over it to [`Df11Options::from_vars`].
 
 /// `FromStr` for an option enum by its names (later names of a value are aliases), refusing
 /// others with [`pick`]'s error.
@@ -219,8 +219,8 @@ pub const VARIABLES: &[(&str, &str)] = &[
 
 impl Df11Options {
     /// The defaults with the variables of [`VARIABLES`] that `get` has applied: `get(name)` is
-    /// the value of variable `name`, or `None` where it is unset (a program passes
-    /// `|name| std::env::var(name).ok()`). An unknown value is an error naming the variable and
+    /// the value of variable `name`, or `None` where it is unset (a program passes a lookup over
+    /// the environment it read in `main`). An unknown value is an error naming the variable and
     /// the values it takes. `on`/`off` switches also take `1`/`0` and `true`/`false`.
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
         let mut o = Self::default();

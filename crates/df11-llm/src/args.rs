@@ -283,8 +283,8 @@ pub fn weight_options(
 }
 
 /// The environment variables a program hands to the library: the binary reads its process
-/// environment once (`Vars::from_os(std::env::vars_os())`) and passes it down, so the library
-/// itself never reads the environment and tests can give any variables.
+/// environment once in `main` ([`Vars::from_os`] over its variables) and passes it down, so the
+/// library itself never reads the environment and tests can give any variables.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Vars(std::collections::BTreeMap<String, String>);
 

@@ -65,8 +65,9 @@ impl Default for DecodeOptions {
 
 impl DecodeOptions {
     /// The defaults with the variables of [`VARIABLES`] that `get` has applied (`get(name)`:
-    /// variable `name`'s value, `None` where unset; a program passes
-    /// `|name| std::env::var(name).ok()`). An unknown value is an error naming the variable.
+    /// variable `name`'s value, `None` where unset; a program passes a lookup over the
+    /// environment it read in `main`, e.g. `df11_llm::args::Vars`). An unknown value is an error
+    /// naming the variable.
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
         let mut o = Self::default();
         let switch = |name: &str, value: &str| match value {

@@ -188,11 +188,12 @@ impl ModelUnderTest {
 /// suite's variants set `DF11_*`; [`ModelUnderTest::with_vars`]).
 ///
 /// ```ignore
+/// // tests/model.rs: `test_vars` looks a name up in the test binary's environment.
 /// df11_llm::model_tests!(
 ///     qwen3_df11::Qwen3Arch,
 ///     "qwen3-df11",
 ///     ["qwen3-tiny", "qwen3-tied-tiny"],
-///     |name| std::env::var(name).ok()
+///     test_vars
 /// );
 /// ```
 #[macro_export]
