@@ -1,7 +1,7 @@
 //! Launch parameters of the tensor-core kernels overridden for measurements (the benches'
 //! probes, `scripts/gpu-tc-variants.sh`): sub-steps per item, row groups per tile, slots of
 //! partial sums, and the streaming or warpgroup kernels loaded from a PTX file built with other
-//! `-D` settings. Only with the `tuning` feature, and only once [`install`] is called: a library
+//! `-D` settings. Only with the `tuning` feature, and only once `install` is called: a library
 //! user's process never loads GPU code from a path. Every override but `tc_steps` leaves the
 //! outputs' bits as they are.
 

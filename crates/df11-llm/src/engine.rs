@@ -27,9 +27,11 @@ pub struct Engine {
     model: DecoderModel,
     /// Positions held by the sequence of each slot (`None`: the slot is free).
     lengths: Vec<Option<usize>>,
-    /// Prompts are run in pieces of at most this many tokens.
-    prefill_chunk: usize,
 }
+
+/// Prompts are run in pieces of at most this many tokens (what a device budget counts a
+/// prompt's activations for: `DecoderModel::reserve`).
+pub const PROMPT_CHUNK: usize = 2048;
 
 /// Tokens of [`Engine::warm_up`]'s prompt.
 pub const WARM_UP_PROMPT: usize = 32;
@@ -42,7 +44,6 @@ impl Engine {
         Ok(Self {
             model,
             lengths: vec![None; max_batch],
-            prefill_chunk: 2048,
         })
     }
 
@@ -88,8 +89,8 @@ impl Engine {
             .position(Option::is_none)
             .ok_or_else(|| LlmError::Usage("every sequence slot is in use".into()))?;
         let mut logits = None;
-        for (i, part) in prompt.chunks(self.prefill_chunk).enumerate() {
-            logits = Some(self.model.prefill(slot, part, i * self.prefill_chunk)?);
+        for (i, part) in prompt.chunks(PROMPT_CHUNK).enumerate() {
+            logits = Some(self.model.prefill(slot, part, i * PROMPT_CHUNK)?);
         }
         self.lengths[slot] = Some(prompt.len());
         let logits = logits.expect("the prompt is not empty").squeeze(0)?;

@@ -45,7 +45,7 @@ pub struct Df11Group {
     device: Device,
     options: Df11Options,
     residency: Residency,
-    /// Members decoded ahead on a second stream ([`Df11Group::decode_ahead`]).
+    /// Members decoded ahead on a second stream (`Df11Group::decode_ahead`).
     #[cfg(feature = "cuda")]
     ahead: std::sync::Mutex<Option<ahead::Ahead>>,
     /// Element ranges of consecutive members that a stacked linear layer reads as one matrix

@@ -17,10 +17,6 @@ fn weight_room(free: u64, total: u64) -> u64 {
     free.saturating_sub((1 << 30) + total / 10)
 }
 
-/// Tokens of a prompt chunk the engine runs at once (`crate::Engine`'s prefill chunk): what a
-/// budget counts activations for.
-pub const BUDGET_PROMPT_CHUNK: usize = 2048;
-
 impl DecoderModel {
     /// Where the weights of `spec` go: over `map`'s devices (or all on the weights' device),
     /// with `offload`'s layers in host memory. Sizes come from the folder, free memory from the
@@ -99,10 +95,10 @@ impl DecoderModel {
 
     /// What a model of `spec` running with `decode` holds on its device besides its weights,
     /// estimated from its shapes in `dtype`: the KV caches of [`DecodeOptions::sequences`] at
-    /// the maximum context, the activations of a prompt chunk of up to [`BUDGET_PROMPT_CHUNK`]
-    /// tokens and the logits, and the largest projection decoded into a buffer: q/k/v or
-    /// gate/up stacked for a prompt, the output projection for steps of more rows than the
-    /// fused kernels take.
+    /// the maximum context, the activations of a prompt chunk of up to
+    /// [`crate::engine::PROMPT_CHUNK`] tokens and the logits, and the largest projection
+    /// decoded into a buffer: q/k/v or gate/up stacked for a prompt, the output projection for
+    /// steps of more rows than the fused kernels take.
     pub fn reserve(spec: &ModelSpec, decode: &DecodeOptions, dtype: DType) -> Reserve {
         let d = &spec.decoder;
         let size = dtype.size_in_bytes() as u64;
@@ -119,7 +115,9 @@ impl DecoderModel {
         // A token's live activations in a layer: the residual stream and its normed copy, q/k/v
         // and the attention's output, gate/up and the activation's output.
         let per_token = 4 * hidden + q_width + 2 * kv_width + q_width + 3 * inter;
-        let rows = context.min(BUDGET_PROMPT_CHUNK as u64).max(sequences);
+        let rows = context
+            .min(crate::engine::PROMPT_CHUNK as u64)
+            .max(sequences);
         let activations = rows * per_token * size + 2 * sequences * vocab * 4;
         let mut decoded_weight = 2
             * (hidden * (q_width + 2 * kv_width))

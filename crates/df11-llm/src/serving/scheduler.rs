@@ -154,7 +154,7 @@ impl Scheduler {
     }
 
     /// Stops the scheduler and waits for its thread: requests running or queued get
-    /// [`Event::Failed`], later submissions [`SubmitError::Stopped`], and the model (every CUDA
+    /// [`super::Event::Failed`], later submissions [`SubmitError::Stopped`], and the model (every CUDA
     /// object in it) is dropped on the thread before this returns. Idempotent; the last
     /// handle dropped does the same.
     pub fn shutdown(&self) {
