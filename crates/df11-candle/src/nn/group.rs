@@ -174,7 +174,7 @@ impl Df11Group {
         Ok(())
     }
 
-    /// Drops the members decoded ahead and not taken ([`Df11Group::decode_ahead`]; their memory
+    /// Drops the members decoded ahead and not taken (`Df11Group::decode_ahead`; their memory
     /// goes back in their stream's order). Nothing to do without CUDA.
     pub fn clear_ahead(&self) {
         #[cfg(feature = "cuda")]

@@ -290,7 +290,7 @@ impl Module for Df11Linear {
 
 impl Df11Linear {
     /// The product through the weight decoded ahead on a second stream, if it was
-    /// ([`Df11Group::decode_ahead`]): the same decoded values and the same cuBLAS product as the
+    /// (`Df11Group::decode_ahead`): the same decoded values and the same cuBLAS product as the
     /// path below, so the same result bit for bit.
     #[cfg(feature = "cuda")]
     fn forward_decoded_ahead(&self, x: &Tensor) -> candle_core::Result<Option<Tensor>> {
