@@ -359,23 +359,30 @@ impl ModelSpec {
     }
 }
 
+/// A Llama-shaped spec for unit tests: vocab 512, hidden 128, intermediate 256, 4 / 2 heads of
+/// 32, 2 layers, 64 positions.
+#[cfg(test)]
+pub(crate) fn tiny_spec() -> ModelSpec {
+    let rope = RopeSpec {
+        theta: 1e4,
+        dim: 32,
+        scaling: RopeScaling::None,
+    };
+    ModelSpec::uniform(
+        512,
+        DecoderSpec::llama(128, 256, (4, 2), 32, 1e-6, 64),
+        2,
+        rope,
+        false,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn spec() -> ModelSpec {
-        let rope = RopeSpec {
-            theta: 1e4,
-            dim: 32,
-            scaling: RopeScaling::None,
-        };
-        ModelSpec::uniform(
-            512,
-            DecoderSpec::llama(128, 256, (4, 2), 32, 1e-6, 64),
-            2,
-            rope,
-            false,
-        )
+        tiny_spec()
     }
 
     #[test]

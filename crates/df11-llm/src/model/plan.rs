@@ -174,25 +174,7 @@ fn plan_split(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rope::RopeScaling;
-    use crate::spec::{DecoderSpec, RopeSpec};
-
-    /// A Llama-shaped spec: vocab 512, hidden 128, intermediate 256, 4 / 2 heads of 32, 2
-    /// layers, 64 positions.
-    fn spec() -> ModelSpec {
-        let rope = RopeSpec {
-            theta: 1e4,
-            dim: 32,
-            scaling: RopeScaling::None,
-        };
-        ModelSpec::uniform(
-            512,
-            DecoderSpec::llama(128, 256, (4, 2), 32, 1e-6, 64),
-            2,
-            rope,
-            false,
-        )
-    }
+    use crate::spec::tiny_spec as spec;
 
     #[test]
     fn the_reserve_follows_the_context_and_the_sequences() {

@@ -22,8 +22,8 @@ mod stream_decode;
 
 pub(crate) use host::HostExponents;
 pub use stream_decode::build_on_gpu_to_host;
-use stream_decode::decode_stream;
 pub(crate) use stream_decode::offloaded_host_form;
+use stream_decode::{gpu_packed, GpuPacked};
 
 /// Devices whose default memory pool already keeps freed memory.
 static POOLS_KEPT: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
@@ -87,31 +87,21 @@ impl CudaUnit {
     ) -> Result<(Self, Option<CudaSlice<u8>>)> {
         let form = options.exponents;
         let debug_sync = options.debug_sync.load;
-        if form != ExponentForm::Huffman && options.gpu_pack {
-            keep_pool_memory(device);
-            let decode = || decode_stream(device, name, t, layout, sign_mantissa, options);
-            let profiled = options.profile_load;
-            let built = crate::cuda::packed::gpu_pack::build(
-                device, name, t, layout, orders, &decode, profiled,
-            )?;
-            match built {
-                Some(p) if form == ExponentForm::Packed || p.fits() => {
-                    let (buffers, sm) = p.into_buffers(device)?;
-                    let unit = Self {
-                        device: device.clone(),
-                        exponents: Exponents::Packed(buffers),
-                    };
-                    return Ok((unit.debug_sync(debug_sync)?, sm));
-                }
-                // No packed form, or too large for `auto`: the Huffman form, as on the CPU.
-                _ => {
-                    let (host, _) =
-                        HostExponents::build(name, t, layout, ExponentForm::Huffman, &[])?;
-                    let unit =
-                        Self::upload(&Uploader::Now(device), &host)?.debug_sync(debug_sync)?;
-                    return Ok((unit, None));
-                }
+        match gpu_packed(device, name, t, layout, options, orders, sign_mantissa)? {
+            GpuPacked::Packed(p) => {
+                let (buffers, sm) = p.into_buffers(device)?;
+                let unit = Self {
+                    device: device.clone(),
+                    exponents: Exponents::Packed(buffers),
+                };
+                return Ok((unit.debug_sync(debug_sync)?, sm));
             }
+            GpuPacked::Huffman => {
+                let (host, _) = HostExponents::build(name, t, layout, ExponentForm::Huffman, &[])?;
+                let unit = Self::upload(&Uploader::Now(device), &host)?.debug_sync(debug_sync)?;
+                return Ok((unit, None));
+            }
+            GpuPacked::NotAsked => {}
         }
         let settle = || {
             let _ = device.cuda_stream().synchronize();

@@ -88,28 +88,20 @@ pub(crate) struct PackedHost {
 impl PackedHost {
     /// The form of `p`, built over a unit whose members are in `orders` (one per member).
     pub(crate) fn new(p: PackedExponents, orders: Vec<Option<TileOrder>>) -> Self {
-        debug_assert_eq!(orders.len(), p.members.len());
-        let host_tables: Vec<[u32; 2]> = p.tables.iter().map(table_words).collect();
-        let flat: Vec<u32> = host_tables.iter().flatten().copied().collect();
-        let ends: Vec<i64> = p.members.iter().map(|m| m.end as i64).collect();
-        let (n_elements, bytes) = (p.n_elements(), p.device_bytes());
+        let bytes = p.device_bytes();
         let mut escapes = p.escapes;
         let padded = escapes.len().div_ceil(4) * 4 + 16;
         escapes.resize(padded, 0);
-        Self {
-            codes: p.codes.into(),
-            chunk_escapes: p.chunk_escapes.into(),
-            lane_starts: p.lane_starts.into(),
-            escapes: escapes.into(),
-            tables: flat.into(),
-            host_tables,
-            member_ends: ends.into(),
-            member_cols: member_cols(&orders).into(),
-            members: p.members,
+        Self::from_parts(
+            p.codes.into(),
+            p.chunk_escapes.into(),
+            p.lane_starts.into(),
+            escapes.into(),
+            &p.tables,
+            p.members,
             orders,
-            n_elements,
             bytes,
-        }
+        )
     }
 
     /// The form from arrays already on the host (the GPU build copied back): `escapes` padded

@@ -5,8 +5,10 @@
 use candle_core::cuda_backend::CudaDevice;
 use candle_core::{CudaStorage, Layout};
 
-use super::CudaUnit;
+use super::{CudaUnit, HostExponents};
+use crate::cuda::packed::gpu_pack::DevicePacked;
 use crate::cuda::packed::tile_order::TileOrder;
+use crate::cuda::packed::ExponentForm;
 use crate::cuda::upload::HostArray;
 use crate::error::Result;
 use crate::format::unit::{UnitLayout, UnitTensors};
@@ -84,12 +86,53 @@ pub fn build_on_gpu_to_host(
     }
 }
 
-/// The host form of a validated unit that is to be offloaded, built as a resident unit's is:
-/// the packed form on the GPU (its stream decoded and checked by the block kernel), then copied
-/// back to the host, where [`crate::Df11Options::gpu_pack`] is on and the form is packed;
-/// otherwise, or where the unit does not pack, [`HostExponents::build`] on the CPU. The device
-/// memory the build takes is freed before this returns; the GPU-built form comes back in pinned
-/// memory. `sign_mantissa` comes back in storage order where a member is tiled.
+/// What the GPU build of a unit's packed form gave ([`gpu_packed`]).
+pub(super) enum GpuPacked {
+    /// The packed form, to keep.
+    Packed(Box<DevicePacked>),
+    /// No packed form, or one too large for `auto`: the Huffman form instead, built on the CPU.
+    Huffman,
+    /// `options` build on the CPU (`gpu_pack` off, or the Huffman form asked for).
+    NotAsked,
+}
+
+/// The packed form of a validated unit built on `device` from its stream (`sign_mantissa`
+/// already there), where `options` ask for a GPU build: the one decision resident and offloaded
+/// units share.
+pub(super) fn gpu_packed(
+    device: &CudaDevice,
+    name: &str,
+    t: &UnitTensors<'_>,
+    layout: &UnitLayout,
+    options: &crate::Df11Options,
+    orders: &[Option<TileOrder>],
+    sign_mantissa: (&CudaStorage, &Layout),
+) -> Result<GpuPacked> {
+    let form = options.exponents;
+    if form == ExponentForm::Huffman || !options.gpu_pack {
+        return Ok(GpuPacked::NotAsked);
+    }
+    super::keep_pool_memory(device);
+    let decode = || decode_stream(device, name, t, layout, sign_mantissa, options);
+    let built = crate::cuda::packed::gpu_pack::build(
+        device,
+        name,
+        t,
+        layout,
+        orders,
+        &decode,
+        options.profile_load,
+    )?;
+    Ok(match built {
+        Some(p) if form == ExponentForm::Packed || p.fits() => GpuPacked::Packed(Box::new(p)),
+        _ => GpuPacked::Huffman,
+    })
+}
+
+/// The host form of a validated unit that is to be offloaded, built as a resident unit's is
+/// ([`gpu_packed`], then copied back into pinned memory; else [`HostExponents::build`] on the
+/// CPU). The device memory the build takes is freed before this returns. `sign_mantissa` comes
+/// back in storage order where a member is tiled.
 pub(crate) fn offloaded_host_form(
     device: &CudaDevice,
     name: &str,
@@ -97,57 +140,46 @@ pub(crate) fn offloaded_host_form(
     layout: &UnitLayout,
     options: &crate::Df11Options,
     orders: &[Option<TileOrder>],
-) -> Result<(super::HostExponents, Option<HostArray<u8>>)> {
+) -> Result<(HostExponents, Option<HostArray<u8>>)> {
+    let sm = crate::cuda::staged_copy::upload(device, t.sign_mantissa, options.staged_copy)?;
+    let storage = CudaStorage::wrap_cuda_slice(sm, device.clone());
+    let sm_layout = Layout::contiguous(t.sign_mantissa.len());
     let form = options.exponents;
-    if form != crate::cuda::packed::ExponentForm::Huffman && options.gpu_pack {
-        let sm = device.clone_htod(t.sign_mantissa)?;
-        let storage = CudaStorage::wrap_cuda_slice(sm, device.clone());
-        let sm_layout = Layout::contiguous(t.sign_mantissa.len());
-        let decode = || decode_stream(device, name, t, layout, (&storage, &sm_layout), options);
-        let built = crate::cuda::packed::gpu_pack::build(
-            device,
-            name,
-            t,
-            layout,
-            orders,
-            &decode,
-            options.profile_load,
-        )?;
-        match built {
-            Some(p) if form == crate::cuda::packed::ExponentForm::Packed || p.fits() => {
-                let settle = || {
-                    let _ = device.cuda_stream().synchronize();
-                };
-                let bytes = p.device_bytes();
-                let (host, sm) = crate::load_profile::timed(
-                    options.profile_load,
-                    crate::load_profile::Phase::CopyBack,
-                    bytes,
-                    settle,
-                    || p.into_pinned_host(device),
-                )?;
-                return Ok((super::HostExponents::Packed(host), sm));
-            }
-            _ => {
-                let (host, _) = super::HostExponents::build(
-                    name,
-                    t,
-                    layout,
-                    crate::cuda::packed::ExponentForm::Huffman,
-                    &[],
-                )?;
-                return Ok((host, None));
-            }
+    match gpu_packed(
+        device,
+        name,
+        t,
+        layout,
+        options,
+        orders,
+        (&storage, &sm_layout),
+    )? {
+        GpuPacked::Packed(p) => {
+            let settle = || {
+                let _ = device.cuda_stream().synchronize();
+            };
+            let (host, sm) = crate::load_profile::timed(
+                options.profile_load,
+                crate::load_profile::Phase::CopyBack,
+                p.device_bytes(),
+                settle,
+                || p.into_pinned_host(device),
+            )?;
+            Ok((HostExponents::Packed(host), sm))
         }
+        GpuPacked::Huffman => {
+            let (host, _) = HostExponents::build(name, t, layout, ExponentForm::Huffman, &[])?;
+            Ok((host, None))
+        }
+        GpuPacked::NotAsked => crate::load_profile::timed(
+            options.profile_load,
+            crate::load_profile::Phase::HostBuild,
+            t.sign_mantissa.len(),
+            || {},
+            || {
+                let (host, sm) = HostExponents::build(name, t, layout, form, orders)?;
+                Ok((host, sm.map(HostArray::from)))
+            },
+        ),
     }
-    crate::load_profile::timed(
-        options.profile_load,
-        crate::load_profile::Phase::HostBuild,
-        t.sign_mantissa.len(),
-        || {},
-        || {
-            let (host, sm) = super::HostExponents::build(name, t, layout, form, orders)?;
-            Ok((host, sm.map(HostArray::from)))
-        },
-    )
 }
