@@ -79,3 +79,58 @@ fn real_qwen3_4b_slice_decodes_exactly() {
     decode_parallel(&t, &layout, &table, &mut par).unwrap();
     assert!(bytes_of(&par) == expected);
 }
+
+/// What a budget counts a unit at ([`ModelWeights::device_bytes_bound`]) is never less than the
+/// device form a load builds for it: the packed form with `sign_mantissa` where it fits (as
+/// `auto` keeps it), else the file's Huffman form with its segment index.
+#[test]
+fn the_device_bound_covers_the_built_forms() {
+    use df11_candle::packed::unit_exponents;
+    use df11_candle::{ModelWeights, PackedExponents, SegmentIndex, WeightFormat};
+    for name in common::MODELS {
+        let dir = common::model_dir(name, "df11");
+        let weights = ModelWeights::open(
+            &dir,
+            WeightFormat::Df11,
+            &candle_core::Device::Cpu,
+            candle_core::DType::F32,
+        )
+        .unwrap();
+        let bounds: std::collections::HashMap<String, usize> =
+            weights.device_bytes_bound().into_iter().collect();
+        let stored: std::collections::HashMap<String, usize> =
+            weights.stored_bytes().into_iter().collect();
+        let model = Df11Model::open(&dir).unwrap();
+        for unit in model.units() {
+            let first = &unit.members[0];
+            let bound = bounds[first];
+            assert!(
+                bound >= stored[first],
+                "{name} {}: below the file",
+                unit.name
+            );
+            let t = model.unit_tensors(unit).unwrap();
+            let table = DecodeTable::new(t.luts);
+            let n = unit.layout.n_elements;
+            let exponents = unit_exponents(&t, &unit.layout, &table).unwrap();
+            let packed = PackedExponents::build(&exponents, &unit.layout.member_ranges());
+            if let Some(p) = packed.filter(PackedExponents::fits) {
+                // The padding PackedHost adds to the escape list included.
+                let bytes = p.device_bytes() + 20 + n;
+                assert!(
+                    bound >= bytes,
+                    "{name} {}: {bound} < packed {bytes}",
+                    unit.name
+                );
+            }
+            if let Some(index) = SegmentIndex::build(&t, &unit.layout, &table).unwrap() {
+                let bytes = stored[first] + index.device_bytes();
+                assert!(
+                    bound >= bytes,
+                    "{name} {}: {bound} < Huffman {bytes}",
+                    unit.name
+                );
+            }
+        }
+    }
+}

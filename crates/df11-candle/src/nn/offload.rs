@@ -1,9 +1,9 @@
 //! Offloaded units: a unit whose device form is built once at load (the same checked decode and
 //! packing as a resident unit's, on the GPU where a resident unit's is, then copied back) and
-//! kept in host memory, pinned on CUDA, and put on its device only while staged. A model stages the next offloaded layer while the current one computes
-//! and releases each after use, so at most two offloaded layers take device memory at once; an
-//! operation on a unit nobody staged stages it itself, so correctness never depends on the
-//! schedule. The kernels and the bytes they read are those of a resident unit: results are
+//! kept in host memory, pinned on CUDA, and put on its device only while staged. A model stages
+//! the next offloaded layer while the current one computes and releases each after use, so at
+//! most two offloaded layers take device memory at once; an operation on a unit nobody staged
+//! stages it itself, so correctness never depends on the schedule. The kernels and the bytes they read are those of a resident unit: results are
 //! bit-identical.
 //!
 //! On CUDA a staging is a copy on the device's copy stream ([`crate::cuda::upload`]); the

@@ -185,17 +185,10 @@ impl ModelWeights {
     /// on the GPU ([`Df11Options::gpu_pack`] off): slower, but no transient device memory
     /// beyond the form itself. The forms are the same bytes either way.
     pub fn built_on_host(&self) -> Self {
-        let mut options = self.options;
-        options.gpu_pack = false;
-        Self {
-            dir: self.dir.clone(),
-            source: self.source.clone(),
-            format: self.format,
-            device: self.device.clone(),
-            dtype: self.dtype,
-            offload: self.offload,
-            options,
-        }
+        let mut view = self.on_device(&self.device);
+        view.offload = self.offload;
+        view.options.gpu_pack = false;
+        view
     }
 
     /// Whether compressed units of this view are offloaded.
@@ -228,18 +221,18 @@ impl ModelWeights {
 
     /// [`Self::stored_bytes`] with each DF11 unit counted at the most its device form can take
     /// (for budgets): the packed form at its largest accepted size
-    /// ([`crate::packed::MAX_BITS_PER_WEIGHT`] plus the 8 bits of `sign_mantissa`), or the
-    /// Huffman form (the file's bytes plus a segment index of 0.27 bits a weight and its
-    /// 16 KiB table), whichever is larger.
+    /// ([`crate::packed::MAX_BITS_PER_WEIGHT`] plus the 8 bits of `sign_mantissa`, and 4 KiB
+    /// for its tables and padding), or the Huffman form (the file's bytes plus its segment
+    /// index, [`crate::SegmentIndex::max_device_bytes`]), whichever is larger.
     pub fn device_bytes_bound(&self) -> Vec<(String, usize)> {
         let Source::Df11 { model, .. } = &*self.source else {
             return self.stored_bytes();
         };
         let bound = |u: &crate::format::model::Df11Unit| {
-            let n = u.layout.n_elements as f64;
-            let packed = n * (8.0 + crate::packed::MAX_BITS_PER_WEIGHT) / 8.0 + 4096.0;
-            let huffman = model.unit_bytes(u) as f64 + n * 0.27 / 8.0 + 16384.0 + 4096.0;
-            packed.max(huffman).ceil() as usize
+            let n = u.layout.n_elements;
+            let packed = (n as f64 * (8.0 + crate::packed::MAX_BITS_PER_WEIGHT) / 8.0).ceil();
+            let huffman = model.unit_bytes(u) + crate::SegmentIndex::max_device_bytes(n);
+            (packed as usize + 4096).max(huffman)
         };
         let units = model
             .units()

@@ -320,11 +320,7 @@ impl DecoderModel {
 
     /// Positions each sequence may reach: the KV cache's size.
     pub fn max_context(&self) -> usize {
-        let model = self.spec.decoder.max_positions;
-        match self.options.max_context {
-            Some(n) => n.min(model),
-            None => model.min(DEFAULT_MAX_CONTEXT),
-        }
+        self.options.context(self.spec.decoder.max_positions)
     }
 
     /// Device bytes of the KV cache now allocated.

@@ -64,6 +64,15 @@ impl Default for DecodeOptions {
 }
 
 impl DecodeOptions {
+    /// Positions each sequence may reach in a model of `model_positions` (the KV cache's
+    /// size): [`Self::max_context`], or the model's maximum capped at [`DEFAULT_MAX_CONTEXT`].
+    pub fn context(&self, model_positions: usize) -> usize {
+        match self.max_context {
+            Some(n) => n.min(model_positions),
+            None => model_positions.min(DEFAULT_MAX_CONTEXT),
+        }
+    }
+
     /// The defaults with the variables of [`VARIABLES`] that `get` has applied (`get(name)`:
     /// variable `name`'s value, `None` where unset; a program passes a lookup over the
     /// environment it read in `main`, e.g. `df11_llm::args::Vars`). An unknown value is an error

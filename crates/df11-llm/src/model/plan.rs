@@ -102,10 +102,7 @@ impl DecoderModel {
     pub fn reserve(spec: &ModelSpec, decode: &DecodeOptions, dtype: DType) -> Reserve {
         let d = &spec.decoder;
         let size = dtype.size_in_bytes() as u64;
-        let context = match decode.max_context {
-            Some(n) => n.min(d.max_positions),
-            None => d.max_positions.min(super::DEFAULT_MAX_CONTEXT),
-        } as u64;
+        let context = decode.context(d.max_positions) as u64;
         let sequences = decode.sequences.max(1) as u64;
         let kv_width = (d.num_key_value_heads * d.head_dim) as u64;
         let q_width = (d.num_attention_heads * d.head_dim) as u64;

@@ -106,6 +106,13 @@ impl SegmentIndex {
     pub fn device_bytes(&self) -> usize {
         4 * self.bases.len() + 2 * self.deltas.len() + 4 * self.table.len()
     }
+
+    /// The most [`Self::device_bytes`] can be for a unit of `n_elements` (before it is built:
+    /// for budgets).
+    pub fn max_device_bytes(n_elements: usize) -> usize {
+        let segments = n_elements.div_ceil(SEGMENT);
+        4 * (segments / GROUP + 1) + 2 * (segments + 1) + 4 * (1 << 12)
+    }
 }
 
 /// Walks block `b`'s codes, recording the bit offset of each element that starts a segment into
