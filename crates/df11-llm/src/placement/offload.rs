@@ -28,7 +28,7 @@ pub enum Offload {
 /// from its shapes ([`crate::DecoderModel::reserve`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Reserve {
-    /// The KV cache of one sequence at the maximum context.
+    /// The KV caches of the sequences planned for, at the maximum context.
     pub kv_cache: u64,
     /// A prompt chunk's activations and the logits.
     pub activations: u64,
@@ -66,7 +66,7 @@ pub struct OffloadPlan {
 /// Device memory the GPU build of a unit whose device form takes `bytes` may need at once (its
 /// stream and `sign_mantissa` uploaded, the unit decoded whole into BF16, and the packed form:
 /// up to ~5.4 bytes an element against the form's ~1.44).
-pub fn gpu_build_bytes(bytes: u64) -> u64 {
+fn gpu_build_bytes(bytes: u64) -> u64 {
     4 * bytes
 }
 
@@ -84,12 +84,12 @@ impl OffloadPlan {
         self.layers.is_empty() && !self.host_embedding && !self.head
     }
 
-    /// `output projection 0.89 GB resident, 2 layers resident 0.55 GB, ...`: the budget's
+    /// `output projection 854.7 MiB, 2 resident layers 530.0 MiB, ...`: the budget's
     /// accounting in one line (empty without a budget).
     pub fn describe_accounting(&self) -> String {
         self.accounting
             .iter()
-            .map(|(what, bytes)| format!("{what} {}", crate::report::human_bytes(*bytes)))
+            .map(|(what, bytes)| format!("{what} {}", human(*bytes)))
             .collect::<Vec<_>>()
             .join(", ")
     }
@@ -143,6 +143,10 @@ fn plan_budget(
             ..OffloadPlan::none(n)
         });
     }
+    // At load the output projection comes first, then the offloaded layers (each built and moved
+    // to the host), then the resident ones: the last of those is built next to the others.
+    let head_built_on_host = gpu_build_bytes(sizes.head) > budget;
+    let largest = sizes.layers.iter().copied().max().unwrap_or(0);
     for head_offloaded in [false, true] {
         for k in 0..=n {
             let resident: u64 = sizes.layers[..n - k].iter().sum();
@@ -153,11 +157,6 @@ fn plan_budget(
             let staged = two_largest(&streamed);
             let head = if head_offloaded { 0 } else { sizes.head };
             let total = head + resident + staged + reserve.total();
-            // At load the output projection comes first, then the offloaded layers (each
-            // built and moved to the host), then the resident ones: the last of those is
-            // built next to the others.
-            let head_built_on_host = gpu_build_bytes(sizes.head) > budget;
-            let largest = sizes.layers.iter().copied().max().unwrap_or(0);
             let before_last =
                 resident.saturating_sub(if k < n { sizes.layers[n - k - 1] } else { 0 });
             let layers_built_on_host = head + before_last + gpu_build_bytes(largest) > budget;
