@@ -112,6 +112,7 @@ fi
 cp scripts/gpu-suite-run.sh "$SUITE/run.sh"
 cp scripts/gpu-unpack.sh "$SUITE/unpack.sh"
 cp scripts/gpu-e2e-run.sh "$SUITE/e2e.sh"
+cp scripts/gpu-prefill-run.sh "$SUITE/prefill.sh"
 cp scripts/gpu-soak.sh "$SUITE/soak.sh"
 cp scripts/gpu-split-check.sh "$SUITE/split.sh"
 cp scripts/gpu-test-replay.sh "$SUITE/replay.sh"

@@ -1,0 +1,516 @@
+// TALL-CHUNK PRODUCTS, a measurement harness: a DF11 tensor-core product for 16-64 rows of x whose every sub-step is
+// a 64-row x 32-column chunk of the weight (instead of the streaming kernel's 8 x 256), so a warp loads x's 32 columns
+// once and multiplies them by eight row groups: x is read once per 64 weight rows instead of once per 8. Its BF16 twin
+// is the same kernel reading row-major BF16. Standalone (its own packer, cuBLAS beside it):
+//
+//   bash kernels/harness/tall_probe.sh            (builds .gpu/tall/tall_probe)
+//   tall_probe [--iters N] ROWS...                (default 16 32 64)
+//
+// For each ROWS: the four products of a Qwen3-8B layer (q/k/v stacked 6144x4096, o 4096x4096, gate/up stacked
+// 24576x4096, down 4096x12288; N(0, 0.02) weights), DF11 == twin checked byte for byte at every grid, the twin against
+// cuBLAS (within BF16 rounding), then the layer (the launches captured as one CUDA graph, programmatic dependent
+// launches between them) timed for cuBLAS and both kernels at grids of 1, 2 and 3 CTAs an SM, then each product alone.
+// Variants for measurements (-D...): TP_DEPTH (stages a warp, default 2), TP_WARPS (warps a CTA, default 8), and the
+// diagnostics TP_NO_MMA, TP_NO_COPY, TP_EMPTY, TP_TWIN_CONTIG (wrong sums: their checks fail).
+//
+// THE TALL ORDER: chunk q = (G, c) of a member [rows, cols] (rows % 64 == 0, cols % 32 == 0) is rows 64G .. 64G + 63,
+// columns 32c .. 32c + 31, at chunk index G * (cols / 32) + c; position 256 i + 8 L + e of a chunk (pass i, lane
+// L = 4 g + t, element e) is element (64G + 8i + g, 32c + 8t + e). The packed form over it is df11_packed.cuh's
+// (codes, escapes per chunk lane-major in pass order, lane starts), so the streaming kernels' stage and decode
+// (df11_tc_stream.cuh) apply unchanged; only what a pass's weights multiply differs.
+//
+// SUMMATION (the same for DF11 and the twin, so they agree bit for bit): output (x row b, weight row r) of a chunk
+// is two mma.sync m16n8k16 (k halves in the order of tc_step) into the warp's accumulator for (pass, m-tile); a warp
+// sums its chunks of a piece in order (stream-K below: a piece is a warp's columns of one tile); tall_reduce adds a
+// tile's pieces in CTA order.
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../df11_tc_stream.cuh"
+#include "packed_host.h"
+
+#define CB(x)                                                                                                   \
+    do {                                                                                                        \
+        cublasStatus_t s_ = (x);                                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                      \
+            fprintf(stderr, "cuBLAS error %d at %s:%d\n", (int)s_, __FILE__, __LINE__);                         \
+            exit(2);                                                                                            \
+        }                                                                                                       \
+    } while (0)
+
+#ifndef TP_WARPS
+#define TP_WARPS 8   // warps a CTA: a row block is TP_WARPS tiles
+#endif
+#define TP_THREADS (32 * TP_WARPS)
+#ifndef TP_DEPTH
+#define TP_DEPTH 2   // stages a warp: TP_DEPTH - 1 chunks in flight (3: no faster, docs/PERFORMANCE.md)
+#endif
+
+struct TallArgs {
+    FgPacked pk;
+    const uint8_t* sign_mantissa;
+    const uint16_t* w;          // twin: row-major BF16
+    const __nv_bfloat16* x;     // [nb, cols]
+    __nv_bfloat16* y;           // [nb, rows]
+    float* partial;             // [gridDim.x][2][8 warps][64 * 16 MT]: a CTA's first and last pieces when partial
+    int nb, rows, cols;
+};
+
+// Starts the lane's copies of twin chunk (G, c) into its stage (st_lane = the stage + 16 lane): pass i's 16 bytes are
+// row 64G + 8i + g, columns 32c + 8t .. + 8.
+__device__ __forceinline__ void tp_stage_twin(uint8_t* st_lane, const uint16_t* w, int cols, int G, int c) {
+    const uint32_t lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#ifdef TP_TWIN_CONTIG   // diagnostic (wrong sums): the chunk's 4 KB read as one contiguous run
+    const uint16_t* run = w + ((size_t)G * (cols / 32) + c) * 2048 + 8 * lane;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ts_copy16(st_lane + 512 * i, run + 256 * i, 16);
+    return;
+#endif
+    const uint16_t* src = w + (size_t)(64 * G + (int)g) * cols + 32 * c + 8 * (int)t;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ts_copy16(st_lane + 512 * i, src + (size_t)8 * i * cols, 16);
+}
+
+// STREAM-K OVER ROW BLOCKS: a row block is eight tiles (512 rows), one a warp of the CTA, so a CTA's warps never add
+// each other's sums. The Q = blocks * cpr block-chunks in (block, column) order are cut into gridDim.x equal runs, one
+// a CTA; a CTA's run is PIECES, its columns of each block it touches. Warp w's chunks over all pieces (tile 8 block + w,
+// the piece's columns) are one sequence for its copy ring.
+struct TpRun {
+    int lo, hi;   // the CTA's block-chunks
+};
+__device__ __forceinline__ int tp_cta_start(int Q, int C, int i) { return (int)((long long)Q * i / C); }
+// The CTA whose run holds block-chunk q.
+__device__ __forceinline__ int tp_cta_of(int Q, int C, int q) { return (int)(((long long)(q + 1) * C - 1) / Q); }
+
+// Piece k of the CTA's run: block B, its columns [c0, c1). False past the run.
+__device__ __forceinline__ bool tp_piece(const TpRun& run, int cpr, int k, int& B, int& c0, int& c1) {
+    B = run.lo / cpr + k;
+    c0 = max(run.lo, B * cpr) - B * cpr;
+    c1 = min(run.hi, (B + 1) * cpr) - B * cpr;
+    return c0 < c1;
+}
+
+template <int MT, bool TWIN>
+__device__ __forceinline__ void tall(const TallArgs& a) {
+    launch_dependents();
+#ifdef TP_EMPTY   // diagnostic: the launch alone
+    return;
+#endif
+    extern __shared__ __align__(16) uint8_t tp_smem[];
+    // A stage: the chunk's weights (the streaming kernels' DF11 or twin stage), then x's 16 MT rows at the chunk's 32
+    // columns (64 bytes a row; rows past nb zero-filled: those outputs are never stored).
+    constexpr int w_bytes = TWIN ? TS_TWIN_STAGE : TS_STAGE, stage_bytes = w_bytes + 1024 * MT;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int cpr = a.cols / 32, tiles = a.rows / 64, blocks = (tiles + TP_WARPS - 1) / TP_WARPS;
+    const int Q = blocks * cpr;   // < 2^31: the host checks
+    const int C = gridDim.x;
+    const TpRun run = {tp_cta_start(Q, C, blockIdx.x), tp_cta_start(Q, C, blockIdx.x + 1)};
+    uint8_t* ring = tp_smem + warp * (TP_DEPTH * stage_bytes);
+    uint8_t* ring_lane = ring + 16 * lane;
+    // The lane's x pieces in a stage: piece j = lane + 32 u (u < 2 MT) is x row j / 4, 16 bytes at column 8 (j % 4).
+
+    // The copy cursor: the next chunk to stage: piece ik (block iB), column ic of [ic, ie).
+    int ik = 0, iB = 0, ic = 0, ie = 0;
+    bool ilive = tp_piece(run, cpr, 0, iB, ic, ie);
+    int bq = -(1 << 30);   // DF11: the first column of the loaded batch of escape ranges (below)
+    auto iskip = [&]() {   // past the piece's end to the next piece (or the end); a new piece needs a new batch
+        while (ilive && ic >= ie) {
+            ilive = tp_piece(run, cpr, ++ik, iB, ic, ie);
+            bq = -(1 << 30);
+        }
+    };
+    // DF11: escape ranges 32 chunks at a time from column `bq` of the piece (lane L: column bq + L's [lo, hi)).
+    uint32_t blo = 0, bhi = 0;
+#ifdef TP_NO_COPY   // diagnostic (wrong sums): the first TP_DEPTH - 1 stages copied, then decoded again and again
+    int copies = 0;
+#endif
+    auto issue = [&](int slot) {
+        const int G = TP_WARPS * iB + warp;
+        const bool live = ilive && G < tiles;
+#ifdef TP_NO_COPY
+        if (live && ++copies >= TP_DEPTH) {
+            ++ic;
+            iskip();
+            ts_commit();
+            return;
+        }
+#endif
+        if (live) {
+            uint8_t* st = ring_lane + slot * stage_bytes;
+            const uint32_t q = (uint32_t)G * (uint32_t)cpr + (uint32_t)ic;
+            if (TWIN) {
+                tp_stage_twin(st, a.w, a.cols, G, ic);
+            } else {
+                if (ic - bq >= 32) {   // a new batch (a new piece, or 32 chunks on)
+                    bq = ic;
+                    blo = bhi = 0;
+                    if (bq + lane < ie) {
+                        blo = __ldg(a.pk.chunk_escapes + q + lane);
+                        bhi = __ldg(a.pk.chunk_escapes + q + lane + 1);
+                    }
+                }
+                const int j = ic - bq;
+                ts_stage_df11(st, a.pk, a.sign_mantissa, q, __shfl_sync(0xffffffffu, blo, j),
+                              __shfl_sync(0xffffffffu, bhi, j));
+            }
+#pragma unroll
+            for (int u = 0; u < 2 * MT; ++u) {
+                const int piece = lane + 32 * u, row = piece >> 2;
+                const bool in = row < a.nb;
+                ts_copy16(st + w_bytes + 16 * (piece - lane),
+                          a.x + (size_t)(in ? row : 0) * a.cols + 32 * ic + 8 * (piece & 3), in ? 16u : 0u);
+            }
+        }
+        if (ilive) {
+            ++ic;
+            iskip();
+        }
+        ts_commit();
+    };
+
+    if (!TWIN) ts_stage_table(TP_THREADS);
+    ts_commit();
+    grid_dependency_wait();                            // x (staged with the weights), y, partial sums and counters
+#pragma unroll 1
+    for (int d = 0; d < TP_DEPTH - 1; ++d) issue(d);
+    ts_wait_group_le<TP_DEPTH - 1>();                  // the table's group
+    __syncthreads();                                   // the table, copied by every thread, is here
+
+    uint32_t t0 = 0, t1 = 0;
+    if (!TWIN) {
+        t0 = fg_rot(a.pk.t0);
+        t1 = fg_rot(a.pk.t1);
+    }
+    int slot = 0;
+    int B, c0, c1;
+#pragma unroll 1
+    for (int k = 0; tp_piece(run, cpr, k, B, c0, c1); ++k) {
+        const int G = TP_WARPS * B + warp;
+        if (G >= tiles) {   // warp-uniform: no tile of the matrix (its issue() staged nothing, only committed)
+            for (int c = c0; c < c1; ++c) {
+                issue(slot == 0 ? TP_DEPTH - 1 : slot - 1);
+                slot = slot + 1 == TP_DEPTH ? 0 : slot + 1;
+            }
+            continue;
+        }
+        float acc[8][MT][4];
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) acc[i][mt][0] = acc[i][mt][1] = acc[i][mt][2] = acc[i][mt][3] = 0.0f;
+#pragma unroll 1
+        for (int c = c0; c < c1; ++c) {
+            __syncwarp();
+            issue(slot == 0 ? TP_DEPTH - 1 : slot - 1);
+            ts_wait_group_le<TP_DEPTH - 1>();
+            __syncwarp();
+            const uint8_t* st = ring + slot * stage_bytes;
+            slot = slot + 1 == TP_DEPTH ? 0 : slot + 1;
+            // x rows 16 mt + g (+ 8) at the lane's columns 8 t .. + 8 of the chunk.
+            uint4 xa[MT], xb[MT];
+            const uint4* xs = reinterpret_cast<const uint4*>(st + w_bytes);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                xa[mt] = xs[4 * (16 * mt + g) + t];
+                xb[mt] = xs[4 * (16 * mt + g + 8) + t];
+            }
+            auto mul = [&](int i, const uint32_t(&w)[4]) {
+#ifdef TP_NO_MMA   // diagnostic (wrong sums): the weights and x folded in without the mma
+                acc[i][0][0] += __uint_as_float((w[0] ^ w[1] ^ w[2] ^ w[3] ^ xa[0].x ^ xb[0].y) & 0x3f800000u);
+                return;
+#endif
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    tc_mma(acc[i][mt], xa[mt].x, xb[mt].x, xa[mt].z, xb[mt].z, w[0], w[2]);
+                    tc_mma(acc[i][mt], xa[mt].y, xb[mt].y, xa[mt].w, xb[mt].w, w[1], w[3]);
+                }
+            };
+            if (TWIN) {
+                const uint4* qv = reinterpret_cast<const uint4*>(st);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const uint4 v = qv[lane + 32 * i];
+                    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+                    mul(i, w);
+                }
+            } else {
+                ts_df11_substep(st, t0, t1, a.pk, mul);
+            }
+        }
+        // The lane's outputs: (x row 16 mt + g + 8 h, weight row 64 G + 8 i + 2 t, + 1) = acc[i][mt][2 h], [2 h + 1].
+        auto store = [&](int i, int mt, int h, float v0, float v1) {
+            const int b = 16 * mt + g + 8 * h;
+            if (b < a.nb) {
+                __nv_bfloat162 v = __floats2bfloat162_rn(v0, v1);
+                *reinterpret_cast<__nv_bfloat162*>(a.y + (size_t)b * a.rows + 64 * G + 8 * i + 2 * t) = v;
+            }
+        };
+        if (c0 == 0 && c1 == cpr) {   // the whole tile
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) store(i, mt, h, acc[i][mt][2 * h], acc[i][mt][2 * h + 1]);
+            continue;
+        }
+        // Part of tile G: the warp's slot (the CTA's first piece: 0, else 1), lane-major; tall_reduce adds a tile's
+        // pieces in CTA order.
+        float* mine = a.partial + (((size_t)blockIdx.x * 2 + (k == 0 ? 0 : 1)) * TP_WARPS + warp) * (32 * 32 * MT);
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) __stcg(mine + (size_t)32 * ((i * MT + mt) * 4 + e) + lane, acc[i][mt][e]);
+    }
+    ts_wait_group_le<0>();
+}
+
+#define TP_KERNEL(MT, CTAS)                                                                                     \
+    __global__ void __launch_bounds__(TP_THREADS, CTAS) tall_df11_##MT(TallArgs a) { tall<MT, false>(a); }      \
+    __global__ void __launch_bounds__(TP_THREADS, CTAS) tall_twin_##MT(TallArgs a) { tall<MT, true>(a); }
+TP_KERNEL(1, 16 / TP_WARPS)
+TP_KERNEL(2, 16 / TP_WARPS)
+TP_KERNEL(4, 1)
+
+// The pieces of the tiles no one CTA held whole, added in CTA order: thread j of tile G is lane-major index j of the
+// warp's pieces (register r = j / 32 of lane j % 32). Launched after the product (PDL: it waits for it first).
+__global__ void __launch_bounds__(256) tall_reduce(const float* partial, __nv_bfloat16* y, int nb, int rows, int cols,
+                                                   int C, int mt_count) {
+    launch_dependents();
+    grid_dependency_wait();
+    const int per_tile = 32 * 32 * mt_count, G = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= per_tile) return;
+    const int cpr = cols / 32, tiles = rows / 64, blocks = (tiles + TP_WARPS - 1) / TP_WARPS, Q = blocks * cpr;
+    const int B = G / TP_WARPS, w = G % TP_WARPS;
+    const int i0 = tp_cta_of(Q, C, B * cpr), i1 = tp_cta_of(Q, C, (B + 1) * cpr - 1);
+    if (i0 == i1) return;   // one CTA held the tile whole and wrote it
+    float sum = 0.0f;
+    for (int ci = i0; ci <= i1; ++ci) {
+        const int slot = B == tp_cta_start(Q, C, ci) / cpr ? 0 : 1;
+        sum += __ldcg(partial + (((size_t)ci * 2 + slot) * TP_WARPS + w) * per_tile + j);
+    }
+    const int lane = j & 31, r = j >> 5, e = r & 3, imt = r >> 2, i = imt / mt_count, mt = imt % mt_count;
+    const int b = 16 * mt + (lane >> 2) + 8 * (e >> 1);
+    if (b < nb) y[(size_t)b * rows + 64 * G + 8 * i + 2 * (lane & 3) + (e & 1)] = __float2bfloat16_rn(sum);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Host: weights, the packed form in the tall order, launches, checks, timing.
+
+static int g_sms = 132;
+
+static size_t smem_bytes(bool twin, int nb) {
+    const int mt = nb <= 16 ? 1 : nb <= 32 ? 2 : 4;
+    return (size_t)TP_WARPS * TP_DEPTH * ((twin ? TS_TWIN_STAGE : TS_STAGE) + 1024 * mt);
+}
+
+static void launch_tall(const Member& m, bool twin, const __nv_bfloat16* x, __nv_bfloat16* y, float* partial, int nb,
+                        int grid, cudaStream_t st) {
+    TallArgs a;
+    a.pk = {m.codes, m.chunk_escapes, m.lane_starts, m.n_chunks, m.escapes, m.n_escapes, m.t0, m.t1};
+    a.sign_mantissa = m.sm;
+    a.w = m.w;
+    a.x = x;
+    a.y = y;
+    a.partial = partial;
+    a.nb = nb;
+    a.rows = m.rows;
+    a.cols = m.cols;
+    const long long block_chunks = (long long)((m.rows / 64 + TP_WARPS - 1) / TP_WARPS) * (m.cols / 32);
+    grid = (int)std::min<long long>(grid, block_chunks / 2);
+    const int mt = nb <= 16 ? 1 : nb <= 32 ? 2 : 4;
+    void (*k)(TallArgs) = nullptr;
+    if (mt == 1) k = twin ? tall_twin_1 : tall_df11_1;
+    if (mt == 2) k = twin ? tall_twin_2 : tall_df11_2;
+    if (mt == 4) k = twin ? tall_twin_4 : tall_df11_4;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(TP_THREADS);
+    cfg.dynamicSmemBytes = smem_bytes(twin, nb);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    CK(cudaLaunchKernelEx(&cfg, k, a));
+    cudaLaunchConfig_t rc = cfg;
+    rc.gridDim = dim3((32 * 32 * mt + 255) / 256, m.rows / 64);
+    rc.blockDim = dim3(256);
+    rc.dynamicSmemBytes = 0;
+    CK(cudaLaunchKernelEx(&rc, tall_reduce, (const float*)partial, y, nb, m.rows, m.cols, grid, mt));
+}
+
+static void cublas_product(cublasHandle_t h, const Member& m, const __nv_bfloat16* x, __nv_bfloat16* y, int nb) {
+    const float one = 1.0f, zero = 0.0f;
+    CB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m.rows, nb, m.cols, &one, m.w, CUDA_R_16BF, m.cols, x, CUDA_R_16BF,
+                    m.cols, &zero, y, CUDA_R_16BF, m.rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+int main(int argc, char** argv) {
+    int iters = 200;
+    std::vector<int> rows_list;
+    for (int i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+        else rows_list.push_back(atoi(argv[i]));
+    }
+    if (rows_list.empty()) rows_list = {16, 32, 64};
+    for (int nb : rows_list)
+        if (nb < 1 || nb > 64) {
+            fprintf(stderr, "rows must be 1..64\n");
+            return 2;
+        }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    g_sms = prop.multiProcessorCount;
+    printf("device %s, %d SMs, TP_DEPTH %d\n", prop.name, g_sms, TP_DEPTH);
+    for (int mt : {1, 2, 4})
+        for (bool twin : {false, true}) {
+            void (*k)(TallArgs) = mt == 1 ? (twin ? tall_twin_1 : tall_df11_1)
+                                  : mt == 2 ? (twin ? tall_twin_2 : tall_df11_2)
+                                            : (twin ? tall_twin_4 : tall_df11_4);
+            if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes(twin, 16 * mt)) !=
+                cudaSuccess) {
+                (void)cudaGetLastError();
+                printf("kernel MT=%d %s: %zu bytes of shared memory do not fit (rows above %d not run)\n", mt,
+                       twin ? "twin" : "df11", smem_bytes(twin, 16 * mt), 8 * mt);
+                continue;
+            }
+            cudaFuncAttributes fa;
+            CK(cudaFuncGetAttributes(&fa, k));
+            int per_sm = 0;
+            CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, TP_THREADS, smem_bytes(twin, 16 * mt)));
+            printf("kernel MT=%d %s: %d registers, %zu B local, %d CTAs an SM\n", mt, twin ? "twin" : "df11",
+                   fa.numRegs, (size_t)fa.localSizeBytes, per_sm);
+        }
+
+    std::vector<Member> ms(4);
+    ms[0].name = "qkv"; ms[0].rows = 6144; ms[0].cols = 4096;
+    ms[1].name = "o"; ms[1].rows = 4096; ms[1].cols = 4096;
+    ms[2].name = "gate_up"; ms[2].rows = 24576; ms[2].cols = 4096;
+    ms[3].name = "down"; ms[3].rows = 4096; ms[3].cols = 12288;
+    size_t bf16_bytes = 0, df11_bytes = 0;
+    for (size_t k = 0; k < ms.size(); ++k) {
+        Member& m = ms[k];
+        const size_t n = (size_t)m.rows * m.cols;
+        CK(cudaMalloc(&m.w, 2 * n));
+        synth_bf16<<<1024, 256>>>(m.w, n, 0x1234567ull * (k + 1));
+        CK(cudaGetLastError());
+        m.host.resize(n);
+        CK(cudaMemcpy(m.host.data(), m.w, 2 * n, cudaMemcpyDeviceToHost));
+        bf16_bytes += 2 * n;
+    }
+    {
+        std::vector<std::thread> th;   // the host packing of the four members side by side
+        for (auto& m : ms)
+            th.emplace_back([&m] {
+                // THE TALL ORDER: position 256 i + 8 L + e of chunk (G, c) is element (64G + 8i + g, 32c + 8t + e).
+                const int cpr = m.cols / 32;
+                pack_member(m, [&](uint32_t q, int r) {
+                    const int G = q / cpr, c = q % cpr, i = r >> 8, L = (r >> 3) & 31, e = r & 7;
+                    return (size_t)(64 * G + 8 * i + (L >> 2)) * m.cols + 32 * c + 8 * (L & 3) + e;
+                });
+            });
+        for (auto& t : th) t.join();
+    }
+    for (auto& m : ms) {
+        df11_bytes += m.packed_bytes;
+        printf("%s %dx%d: packed %.3f bits a weight, %u escapes (%.2f%%)\n", m.name, m.rows, m.cols,
+               8.0 * m.packed_bytes / ((double)m.rows * m.cols), m.n_escaped,
+               100.0 * m.n_escaped / ((double)m.rows * m.cols));
+    }
+    printf("layer: BF16 %.1f MB, packed DF11 %.1f MB (%.3f)\n", bf16_bytes / 1e6, df11_bytes / 1e6,
+           (double)df11_bytes / bf16_bytes);
+
+    const int max_nb = 64, max_cols = 12288, max_rows = 24576;
+    __nv_bfloat16 *x, *y_ref, *y_a, *y_b;
+    CK(cudaMalloc(&x, 2 * (size_t)max_nb * max_cols));
+    synth_bf16<<<256, 256>>>(reinterpret_cast<uint16_t*>(x), (size_t)max_nb * max_cols, 0xabcdefull);
+    CK(cudaMalloc(&y_ref, 2 * (size_t)max_nb * max_rows));
+    CK(cudaMalloc(&y_a, 2 * (size_t)max_nb * max_rows));
+    CK(cudaMalloc(&y_b, 2 * (size_t)max_nb * max_rows));
+    float* partial;
+    CK(cudaMalloc(&partial, 4 * (size_t)64 * max_nb * TP_WARPS * 2 * 3 * g_sms));   // two pieces a warp
+    cublasHandle_t h;
+    CB(cublasCreate(&h));
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CB(cublasSetStream(h, st));
+    int fails = 0;
+    const int grids[] = {g_sms, 2 * g_sms, 3 * g_sms};
+
+    for (int nb : rows_list) {
+        printf("\nrows %d\n", nb);
+        // Checks: DF11 == twin byte for byte at every policy; the twin against cuBLAS.
+        for (auto& m : ms) {
+            const size_t out = (size_t)nb * m.rows;
+            cublas_product(h, m, x, y_ref, nb);
+            std::vector<uint16_t> ref(out), da(out), tb(out);
+            CK(cudaMemcpyAsync(ref.data(), y_ref, 2 * out, cudaMemcpyDeviceToHost, st));
+            for (int s : grids) {
+                CK(cudaMemsetAsync(y_a, 0xff, 2 * out, st));
+                CK(cudaMemsetAsync(y_b, 0xff, 2 * out, st));
+                launch_tall(m, false, x, y_a, partial, nb, s, st);
+                launch_tall(m, true, x, y_b, partial, nb, s, st);
+                CK(cudaGetLastError());
+                CK(cudaMemcpyAsync(da.data(), y_a, 2 * out, cudaMemcpyDeviceToHost, st));
+                CK(cudaMemcpyAsync(tb.data(), y_b, 2 * out, cudaMemcpyDeviceToHost, st));
+                CK(cudaStreamSynchronize(st));
+                size_t diff = 0;
+                for (size_t i = 0; i < out; ++i) diff += da[i] != tb[i];
+                double worst = 0, scale = 0;
+                for (size_t i = 0; i < out; ++i) scale = std::max(scale, (double)fabsf(bf16_to_f(ref[i])));
+                for (size_t i = 0; i < out; ++i)
+                    worst = std::max(worst, (double)fabsf(bf16_to_f(tb[i]) - bf16_to_f(ref[i])));
+                const bool ok = diff == 0 && worst <= 0.02 * scale;
+                fails += !ok;
+                printf("  check %-8s grid %3d: DF11 vs twin %zu of %zu differ; twin vs cuBLAS max |d| %.3g "
+                       "(outputs up to %.3g) %s\n",
+                       m.name, s, diff, out, worst, scale, ok ? "OK" : "FAIL");
+            }
+        }
+        // Timing: the layer's four products as one graph.
+        const float t_cublas = time_graph(st, iters, [&] {
+            for (auto& m : ms) cublas_product(h, m, x, y_ref, nb);
+        });
+        printf("  layer cuBLAS %.1f us\n", t_cublas);
+        for (int grid : grids) {
+            float tt[2];
+            for (int twin = 0; twin < 2; ++twin)
+                tt[twin] = time_graph(st, iters, [&] {
+                    for (auto& m : ms) launch_tall(m, twin, x, y_a, partial, nb, grid, st);
+                });
+            printf("  layer tall, grid %4d CTAs: DF11 %.1f us, twin %.1f us; DF11/twin %.3fx, DF11/cuBLAS %.3fx, "
+                   "twin/cuBLAS %.3fx\n",
+                   grid, tt[0], tt[1], tt[1] / tt[0], t_cublas / tt[0], t_cublas / tt[1]);
+        }
+        // Each product alone (weights partly in L2 for the small ones: indicative only).
+        for (auto& m : ms) {
+            const float c = time_graph(st, iters, [&] { cublas_product(h, m, x, y_ref, nb); });
+            float best[2] = {1e30f, 1e30f};
+            int bs[2] = {0, 0};
+            for (int s : grids)
+                for (int twin = 0; twin < 2; ++twin) {
+                    const float v = time_graph(st, iters, [&] { launch_tall(m, twin, x, y_a, partial, nb, s, st); });
+                    if (v < best[twin]) best[twin] = v, bs[twin] = s;
+                }
+            printf("  %-8s cuBLAS %.1f us, DF11 %.1f (grid %d), twin %.1f (grid %d)\n", m.name, c, best[0], bs[0],
+                   best[1], bs[1]);
+        }
+    }
+    printf("\n%s (%d failed checks)\n", fails ? "FAIL" : "PASS", fails);
+    return fails ? 1 : 0;
+}
