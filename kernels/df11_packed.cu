@@ -290,3 +290,102 @@ df11_decode_packed_tiled(const uint32_t* codes, const uint32_t* chunk_escapes, c
         }
     }
 }
+
+// WHOLE PIECES: the same decode for a visited range made only of whole (G, k) pieces of tiled members whose columns are
+// whole 2048-column chunks (a stacked q/k/v or gate/up, a whole member: what prompts and large batches decode), with
+// a software pipeline across a CTA's blocks: the next block's codes, sign_mantissa and escape starts are loaded into
+// registers before this block is decoded and stored, so their latency overlaps the work (a Qwen3-8B layer in 205 us
+// instead of the general kernel's 224; kernels/harness/decode_probe.cu, H200, docs/PERFORMANCE.md, 2026-11-29). The
+// general kernel's extra cases, in the same loop, spilled its registers and ran slower (250 us).
+//
+// HOST GUARANTEES (besides the file's): n_members <= DP_MEMBERS; [begin, end) is whole members, each tiled with
+// member_cols[m] % 2048 == 0 and its start % 16384 == 0, so block B of 8 chunks (elements 16384 B ..) is one whole
+// piece of one member for every B in [begin / 16384, end / 16384), and its storage range is its element range.
+
+// A lane's inputs of chunk c: its eight 8-groups' codes, their sign_mantissa and its escape start.
+struct DpIn {
+    uint32_t v[8];
+    uint2 sm[8];
+    uint32_t a;
+};
+
+__device__ __forceinline__ void dp_load(DpIn& in, const FgPacked& u, const uint8_t* sign_mantissa, uint32_t c,
+                                        bool live) {
+    const uint32_t lane = threadIdx.x & 31, q0 = 256u * c + lane;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        in.v[i] = live ? fp_codes8(u.codes, q0 + 32u * i) : 0u;
+        in.sm[i] = live ? __ldg(reinterpret_cast<const uint2*>(sign_mantissa + 8LL * (q0 + 32u * i)))
+                        : make_uint2(0u, 0u);
+    }
+    in.a = live ? fp_lane_start(u.chunk_escapes, u.lane_starts, u.n_chunks, c, lane) : 0u;
+}
+
+// CTAs an SM it is compiled for (mirrored by the host: DECODE_PIECES_CTAS in
+// crates/df11-candle/src/cuda/forms/packed/kernels.rs): two blocks' inputs need ~80 registers.
+#define DP_PIECES_CTAS 3
+
+extern "C" __global__ void __launch_bounds__(DP_THREADS, DP_PIECES_CTAS)
+df11_decode_packed_pieces(const uint32_t* codes, const uint32_t* chunk_escapes, const uint8_t* lane_starts,
+                          uint32_t n_chunks, const uint8_t* escapes, uint32_t n_escapes, const uint32_t* tables,
+                          const long long* member_ends, const int* member_cols, int n_members,
+                          const uint8_t* sign_mantissa, uint16_t* out, long long begin, long long end) {
+    __shared__ long long s_ends[DP_MEMBERS];
+    __shared__ uint32_t s_tables[2 * DP_MEMBERS];
+    __shared__ int s_cols[DP_MEMBERS];
+    __shared__ uint4 s_rows[8 * DP_ROW_UNITS];
+    for (int i = threadIdx.x; i < n_members; i += DP_THREADS) {
+        s_ends[i] = member_ends[i];
+        s_tables[2 * i] = tables[2 * i];
+        s_tables[2 * i + 1] = tables[2 * i + 1];
+        s_cols[i] = member_cols[i];
+    }
+    __syncthreads();
+    const FgPacked u = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, 0u, 0u};
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // 32-bit positions (a unit has fewer than 2^32 elements): with 64-bit ones the registers spilled, and a spill
+    // store of a register the block-ahead loads write waits for them (323 us a layer).
+    const uint32_t b_begin = (uint32_t)(begin >> 14), b_end = (uint32_t)(end >> 14);
+    uint32_t B = b_begin + blockIdx.x;
+    DpIn cur;
+    dp_load(cur, u, sign_mantissa, 8 * B + warp, B < b_end);
+    for (; B < b_end; B += gridDim.x) {
+        DpIn nxt;
+        const uint32_t Bn = B + gridDim.x;
+        dp_load(nxt, u, sign_mantissa, 8 * Bn + warp, Bn < b_end);
+        // The block's member (CTA-uniform) and place: piece (G, k), rows 8G .. 8G + 7, columns 2048k .. + 2048.
+        const uint32_t j0 = 16384u * B;
+        int m = 0;
+        while (m < n_members - 1 && (long long)j0 >= s_ends[m]) ++m;
+        const uint32_t start = m == 0 ? 0u : (uint32_t)s_ends[m - 1];
+        const uint32_t cols = (uint32_t)s_cols[m], p = j0 - start, group = p / (8u * cols);
+        const uint32_t k = (p - group * 8u * cols) >> 14;
+        uint16_t* dst = out + (start + 8u * group * cols + 2048u * k - (uint32_t)begin);
+        // Chunk 8B + warp is sub-step warp of the piece: lane (g, t), pass i holds row g, columns 8(4 warp + t) + 256i.
+        FpLane r;
+        r.a = cur.a;
+        r.b = 0;
+        uint32_t na = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) na += __popc(fp_escape_mask(cur.v[i]));
+        r.na = na;
+        fp_fetch_run(r, u.escapes, u.n_escapes);
+        const uint32_t t0 = s_tables[2 * m], t1 = s_tables[2 * m + 1];
+        uint32_t t = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            uint32_t lo = __byte_perm(t0, t1, fp_spread(cur.v[i] & 0xfffu));
+            uint32_t hi = __byte_perm(t0, t1, fp_spread(cur.v[i] >> 12));
+            if (na <= 8u) fp_apply_held(cur.v[i], r.held, lo, hi);
+            else fp_apply(r, t, cur.v[i], u.escapes, u.n_escapes, lo, hi);
+            s_rows[(lane >> 2) * DP_ROW_UNITS + 4 * warp + (lane & 3) + 32 * i] = dp_fuse8(cur.sm[i], lo, hi);
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < 8 * 256; idx += DP_THREADS) {
+            const int rr = idx >> 8, q = idx & 255;
+            *reinterpret_cast<uint4*>(dst + rr * cols + 8 * q) = s_rows[rr * DP_ROW_UNITS + q];
+        }
+        __syncthreads();
+        cur = nxt;
+    }
+}

@@ -390,3 +390,73 @@ fn stacked_members_agree_with_the_dense_stack_and_the_members() {
     }
     g.check_status().unwrap();
 }
+
+/// The decode of whole tiled members (`df11_decode_packed_pieces`: whole members tiled in
+/// 2048-column chunks, each on a 16384-element boundary, as a prompt's and a large batch's
+/// products decode them) gives the original weights: each member, stacked neighbours (a range
+/// over several members, each with its own table), the whole unit, and members whose escapes
+/// pass a lane's 8 held ones (40 to 120 a chunk) and the 256-byte window (200 to 255). Ranges that
+/// cut members take the general kernel; they are checked too.
+#[cfg(feature = "cuda")]
+#[test]
+fn whole_tiled_members_decode_to_the_original() {
+    let options = fused_tiled(ExponentForm::Packed, TileMembers::Chunked);
+    let device = common::device();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
+    let shapes = [(16, 2048), (8, 4096), (24, 2048), (16, 2048), (40, 6144)];
+    let members = [
+        synth::normal_bf16(16 * 2048, 0.02, rng.gen()),
+        synth::normal_bf16(8 * 4096, 0.05, rng.gen()),
+        escape_heavy(24, 40..=120, &mut rng),
+        escape_heavy(16, 200..=255, &mut rng),
+        synth::normal_bf16(40 * 6144, 0.02, rng.gen()),
+    ];
+    let bytes: Vec<&[u8]> = members.iter().map(|w| bytemuck::cast_slice(w)).collect();
+    let enc = encode_unit(&bytes).unwrap();
+    let t = enc.tensors();
+    let layout = UnitLayout::validate(&t).unwrap();
+    let names = (0..shapes.len()).map(|i| format!("p{i}.weight")).collect();
+    let placement = UnitPlacement {
+        options,
+        offloaded: false,
+        shapes: shapes.iter().copied().map(Some).collect(),
+    };
+    let g = Df11Group::new("pieces", names, &t, layout, &device, &placement).unwrap();
+    let w: Vec<bf16> = members.concat();
+    let starts: Vec<usize> = shapes
+        .iter()
+        .scan(0, |at, &(r, c)| {
+            let s = *at;
+            *at += r * c;
+            Some(s)
+        })
+        .collect();
+    for (i, &(rows, cols)) in shapes.iter().enumerate() {
+        assert_eq!(g.tile_order(i), Some(df11_candle::TileOrder { rows, cols }));
+    }
+    let decode = |r: std::ops::Range<usize>| -> Vec<bf16> {
+        g.decode_elements(r).unwrap().to_vec1().unwrap()
+    };
+    for (i, &(rows, cols)) in shapes.iter().enumerate() {
+        let r = starts[i]..starts[i] + rows * cols;
+        assert!(
+            decode(r.clone()) == w[r.clone()],
+            "member {i}: decode differs"
+        );
+    }
+    for (a, b) in [(0, 1), (1, 3), (2, 4), (0, 4)] {
+        let r = starts[a]..starts[b] + shapes[b].0 * shapes[b].1;
+        assert!(
+            decode(r.clone()) == w[r],
+            "members {a}..={b}: decode differs"
+        );
+    }
+    for _ in 0..8 {
+        let a = rng.gen_range(0..w.len());
+        let b = rng.gen_range(a..=w.len());
+        assert!(decode(a..b) == w[a..b], "elements {a}..{b}: decode differs");
+    }
+    let all: Vec<bf16> = g.decode().unwrap().to_vec1().unwrap();
+    assert!(all == w, "whole-unit decode differs");
+    g.check_status().unwrap();
+}

@@ -15,7 +15,7 @@ use candle_core::{CudaStorage, Layout, Shape};
 use half::bf16;
 
 use crate::cuda::launch::{
-    bf16_view, check_gemv_call, cuda_only_op, launch_config, launch_config_with, maxb_for,
+    bf16_view, check_gemv_call, cuda_only_op, launch_config_in, launch_config_with, maxb_for,
     push_args, CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE,
 };
 use crate::cuda::module::{fatbin_module, Module};
@@ -28,6 +28,14 @@ mod rows;
 pub(crate) use rows::{decode_packed_rows, ROWS_A_LAUNCH};
 
 const DECODE_MODULE: Module = fatbin_module!("df11_packed");
+/// CTAs an SM the decode kernels are compiled for (`__launch_bounds__(256, 4)`), and
+/// `df11_decode_packed_pieces` (`DP_PIECES_CTAS`: two blocks' inputs in registers).
+const DECODE_CTAS: u32 = 4;
+const DECODE_PIECES_CTAS: u32 = 3;
+/// Columns and elements of a whole piece of a tiled member (8 rows x 2048 columns): the unit of
+/// `df11_decode_packed_pieces`.
+const PIECE_COLS: usize = 2048;
+const PIECE_ELEMENTS: usize = 8 * PIECE_COLS;
 
 /// A unit's packed exponents on the device.
 pub(crate) struct PackedBuffers {
@@ -311,6 +319,24 @@ impl PackedBuffers {
         start..end
     }
 
+    /// Whether `elements` is whole members that are all tiled with whole 2048-column chunks and
+    /// start on a 16384-element boundary: every 8 chunks from its start are then one whole piece
+    /// (8 rows x 2048 columns) of one member, what `df11_decode_packed_pieces` takes.
+    fn whole_pieces(&self, elements: &Range<usize>) -> bool {
+        let Some(first) = self.members.iter().position(|m| m.start == elements.start) else {
+            return false;
+        };
+        let Some(last) = self.members.iter().position(|m| m.end == elements.end) else {
+            return false;
+        };
+        !elements.is_empty()
+            && first <= last
+            && (first..=last).all(|m| {
+                self.orders[m].is_some_and(|o| o.cols.is_multiple_of(PIECE_COLS))
+                    && self.members[m].start.is_multiple_of(PIECE_ELEMENTS)
+            })
+    }
+
     /// Elements of the unit.
     pub(crate) fn n_elements(&self) -> usize {
         self.n_elements
@@ -436,18 +462,28 @@ pub(crate) fn decode_packed_on(
     let len = elements.len();
     let out = crate::cuda::launch::alloc_out(&dev, len)?;
     if len > 0 {
-        // Units with a tiled member take the kernel that writes each 8-group to its row-major
-        // place (visiting whole row groups of tiled members); the others the plain one.
+        // Whole pieces of tiled members (a prompt's or a large batch's product: whole members)
+        // take the pipelined kernel; other ranges of units with a tiled member the kernel that
+        // writes each 8-group to its row-major place (visiting whole row groups of tiled
+        // members); the others the plain one.
         let tiled = unit.orders.iter().any(Option::is_some);
-        let name = if tiled {
+        let pieces = tiled && unit.whole_pieces(&elements);
+        let name = if pieces {
+            "df11_decode_packed_pieces"
+        } else if tiled {
             "df11_decode_packed_tiled"
         } else {
             "df11_decode_packed"
         };
         let visit = unit.storage_of(&elements);
         let chunks = visit.end.div_ceil(2048) - visit.start / 2048;
-        // 256 threads, a chunk per warp, at most 4 CTAs per SM resident at once.
-        let cfg = launch_config(&dev, name, 0, chunks.div_ceil(8))?;
+        // 256 threads, a chunk per warp, one wave of the CTAs an SM holds.
+        let ctas = if pieces {
+            DECODE_PIECES_CTAS
+        } else {
+            DECODE_CTAS
+        };
+        let cfg = launch_config_in(&dev, &DECODE_MODULE, name, 0, chunks.div_ceil(8), ctas)?;
         let func = DECODE_MODULE.func(&dev, name)?;
         let sm = sm.as_cuda_slice::<u8>()?;
         let n_members = unit.members.len() as i32;
@@ -456,7 +492,10 @@ pub(crate) fn decode_packed_on(
         let (visit_begin, visit_end) = (visit.start as i64, visit.end as i64);
         let mut b = func.builder();
         unit.push_packed(&mut b);
-        if tiled {
+        if pieces {
+            push_args!(b; &unit.tables, &unit.member_ends, &unit.member_cols, &n_members, sm);
+            push_args!(b; &out, &begin, &end);
+        } else if tiled {
             push_args!(b; &unit.tables, &unit.member_ends, &unit.member_cols, &n_members, sm);
             push_args!(b; &n_elements, &out, &begin, &end, &visit_begin, &visit_end);
         } else {
