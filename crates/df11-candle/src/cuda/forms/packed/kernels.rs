@@ -19,7 +19,7 @@ use crate::cuda::launch::{
     push_args, CudaOp2, CudaOut, Tiling, CHUNK_WIDTH, MODULE,
 };
 use crate::cuda::module::{fatbin_module, Module};
-use crate::cuda::packed::tile_order::TileOrder;
+use crate::cuda::packed::tile_order::{self, TileOrder};
 use crate::cuda::packed::PackedExponents;
 use crate::cuda::pdl::RawArgs;
 use crate::cuda::upload::{HostArray, Uploader};
@@ -32,10 +32,6 @@ const DECODE_MODULE: Module = fatbin_module!("df11_packed");
 /// `df11_decode_packed_pieces` (`DP_PIECES_CTAS`: two blocks' inputs in registers).
 const DECODE_CTAS: u32 = 4;
 const DECODE_PIECES_CTAS: u32 = 3;
-/// Columns and elements of a whole piece of a tiled member (8 rows x 2048 columns): the unit of
-/// `df11_decode_packed_pieces`.
-const PIECE_COLS: usize = 2048;
-const PIECE_ELEMENTS: usize = 8 * PIECE_COLS;
 
 /// A unit's packed exponents on the device.
 pub(crate) struct PackedBuffers {
@@ -319,24 +315,6 @@ impl PackedBuffers {
         start..end
     }
 
-    /// Whether `elements` is whole members that are all tiled with whole 2048-column chunks and
-    /// start on a 16384-element boundary: every 8 chunks from its start are then one whole piece
-    /// (8 rows x 2048 columns) of one member, what `df11_decode_packed_pieces` takes.
-    fn whole_pieces(&self, elements: &Range<usize>) -> bool {
-        let Some(first) = self.members.iter().position(|m| m.start == elements.start) else {
-            return false;
-        };
-        let Some(last) = self.members.iter().position(|m| m.end == elements.end) else {
-            return false;
-        };
-        !elements.is_empty()
-            && first <= last
-            && (first..=last).all(|m| {
-                self.orders[m].is_some_and(|o| o.cols.is_multiple_of(PIECE_COLS))
-                    && self.members[m].start.is_multiple_of(PIECE_ELEMENTS)
-            })
-    }
-
     /// Elements of the unit.
     pub(crate) fn n_elements(&self) -> usize {
         self.n_elements
@@ -467,7 +445,7 @@ pub(crate) fn decode_packed_on(
         // writes each 8-group to its row-major place (visiting whole row groups of tiled
         // members); the others the plain one.
         let tiled = unit.orders.iter().any(Option::is_some);
-        let pieces = tiled && unit.whole_pieces(&elements);
+        let pieces = tiled && tile_order::whole_pieces(&unit.members, &unit.orders, &elements);
         let name = if pieces {
             "df11_decode_packed_pieces"
         } else if tiled {

@@ -119,6 +119,38 @@ pub fn checked_orders(
         .collect()
 }
 
+/// Columns of a whole piece of a tiled member: one 2048-column chunk of 8 rows.
+const PIECE_COLS: usize = 2048;
+/// Elements of a whole piece (8 rows x [`PIECE_COLS`]).
+const PIECE_ELEMENTS: usize = 8 * PIECE_COLS;
+
+/// Whether `elements` is whole members that are all tiled with whole 2048-column chunks and
+/// start on a [`PIECE_ELEMENTS`] boundary: every [`PIECE_ELEMENTS`] elements from its start are
+/// then one whole piece of one member, what the pipelined decode (`df11_decode_packed_pieces`)
+/// takes. `members` are the unit's member ranges, `orders` their orders.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn whole_pieces(
+    members: &[Range<usize>],
+    orders: &[Option<TileOrder>],
+    elements: &Range<usize>,
+) -> bool {
+    let first = members.iter().position(|m| m.start == elements.start);
+    let last = members.iter().position(|m| m.end == elements.end);
+    let (Some(first), Some(last)) = (first, last) else {
+        return false;
+    };
+    !elements.is_empty()
+        && first <= last
+        && (first..=last).all(|m| {
+            orders
+                .get(m)
+                .copied()
+                .flatten()
+                .is_some_and(|o| o.cols.is_multiple_of(PIECE_COLS))
+                && members[m].start.is_multiple_of(PIECE_ELEMENTS)
+        })
+}
+
 /// `values` (one per unit element, row-major members) with the tiled members put in tile
 /// order; `None` when no member is tiled.
 pub fn tile_members<T: Copy + Send + Sync>(
@@ -141,6 +173,55 @@ pub fn tile_members<T: Copy + Send + Sync>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whole_pieces_are_whole_members_tiled_in_2048_column_chunks() {
+        // Members: [16, 2048], [8, 4096] (both on 16384-element boundaries), [16, 3840] (a
+        // partial chunk), [8, 2048] after it (off the boundary), [8, 2048] row order.
+        let shapes = [(16, 2048), (8, 4096), (16, 3840), (8, 2048), (8, 2048)];
+        let mut members = Vec::new();
+        let mut at = 0;
+        for (r, c) in shapes {
+            members.push(at..at + r * c);
+            at += r * c;
+        }
+        let mut orders: Vec<Option<TileOrder>> = shapes
+            .iter()
+            .zip(&members)
+            .map(|(&s, m)| TileOrder::for_member(Some(s), m))
+            .collect();
+        orders[4] = None;
+        assert!(orders[..4].iter().all(Option::is_some));
+        let span = |a: usize, b: usize| members[a].start..members[b].end;
+        assert!(whole_pieces(&members, &orders, &span(0, 0)));
+        assert!(whole_pieces(&members, &orders, &span(1, 1)));
+        assert!(
+            whole_pieces(&members, &orders, &span(0, 1)),
+            "stacked neighbours"
+        );
+        assert!(
+            !whole_pieces(&members, &orders, &span(2, 2)),
+            "a partial chunk"
+        );
+        assert!(!whole_pieces(&members, &orders, &span(1, 2)));
+        assert!(
+            !whole_pieces(&members, &orders, &span(3, 3)),
+            "off the boundary"
+        );
+        assert!(!whole_pieces(&members, &orders, &span(4, 4)), "row order");
+        assert!(!whole_pieces(&members, &orders, &span(0, 4)));
+        let m0 = members[0].clone();
+        assert!(
+            !whole_pieces(&members, &orders, &(m0.start..m0.end - 8)),
+            "cut"
+        );
+        assert!(
+            !whole_pieces(&members, &orders, &(m0.start + 8..m0.end)),
+            "cut"
+        );
+        assert!(!whole_pieces(&members, &orders, &(0..0)), "empty");
+        assert!(!whole_pieces(&members, &[], &span(0, 0)), "no orders");
+    }
 
     #[test]
     fn the_order_is_a_permutation_and_sub_steps_are_runs() {
