@@ -11,7 +11,6 @@
 #include "../df11_packed.cu"
 #include "packed_host.h"
 
-#include <thread>
 
 // ---------------------------------------------------------------------------------------------------------------
 
@@ -49,35 +48,15 @@ int main(int argc, char** argv) {
         printf("kernel tiled: %d registers, %zu B local, %d CTAs an SM\n", fa.numRegs, (size_t)fa.localSizeBytes,
                per_sm);
     }
-    std::vector<Member> ms(4);
-    ms[0].name = "qkv"; ms[0].rows = 6144; ms[0].cols = 4096;
-    ms[1].name = "o"; ms[1].rows = 4096; ms[1].cols = 4096;
-    ms[2].name = "gate_up"; ms[2].rows = 24576; ms[2].cols = 4096;
-    ms[3].name = "down"; ms[3].rows = 4096; ms[3].cols = 12288;
+    std::vector<Member> ms = qwen3_layer(0x7654321ull);
+    pack_members(ms, [](const Member& m, uint32_t q, int r) {
+        return (size_t)tile_original_host(q * 2048u + (uint32_t)r, (uint32_t)m.cols);
+    });
     size_t bf16_bytes = 0, df11_bytes = 0;
-    for (size_t k = 0; k < ms.size(); ++k) {
-        Member& m = ms[k];
-        const size_t n = (size_t)m.rows * m.cols;
-        CK(cudaMalloc(&m.w, 2 * n));
-        synth_bf16<<<1024, 256>>>(m.w, n, 0x7654321ull * (k + 1));
-        CK(cudaGetLastError());
-        m.host.resize(n);
-        CK(cudaMemcpy(m.host.data(), m.w, 2 * n, cudaMemcpyDeviceToHost));
-        bf16_bytes += 2 * n;
-    }
-    {
-        std::vector<std::thread> th;
-        for (auto& m : ms)
-            th.emplace_back([&m] {
-                pack_member(m, [&](uint32_t q, int r) {
-                    return (size_t)tile_original_host((uint32_t)q * 2048u + (uint32_t)r, (uint32_t)m.cols);
-                });
-            });
-        for (auto& t : th) t.join();
-    }
     std::vector<DevMember> dm(ms.size());
     for (size_t k = 0; k < ms.size(); ++k) {
         Member& m = ms[k];
+        bf16_bytes += 2 * (size_t)m.rows * m.cols;
         df11_bytes += m.packed_bytes;
         const uint32_t tabs[2] = {m.t0, m.t1};
         const long long ends[1] = {(long long)m.rows * m.cols};

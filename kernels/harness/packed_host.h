@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #define CK(x)                                                                                                   \
@@ -147,3 +148,31 @@ static float time_graph(cudaStream_t st, int iters, F&& body) {
     return 1000.0f * ms / iters;   // us
 }
 
+// A Qwen3-8B layer's four products as the decode step launches them (q/k/v stacked, o, gate/up stacked, down), N(0,
+// 0.02) BF16 made on the device from `seed` and copied to the host.
+static std::vector<Member> qwen3_layer(uint64_t seed) {
+    std::vector<Member> ms(4);
+    ms[0].name = "qkv"; ms[0].rows = 6144; ms[0].cols = 4096;
+    ms[1].name = "o"; ms[1].rows = 4096; ms[1].cols = 4096;
+    ms[2].name = "gate_up"; ms[2].rows = 24576; ms[2].cols = 4096;
+    ms[3].name = "down"; ms[3].rows = 4096; ms[3].cols = 12288;
+    for (size_t k = 0; k < ms.size(); ++k) {
+        Member& m = ms[k];
+        const size_t n = (size_t)m.rows * m.cols;
+        CK(cudaMalloc(&m.w, 2 * n));
+        synth_bf16<<<1024, 256>>>(m.w, n, seed * (k + 1));
+        CK(cudaGetLastError());
+        m.host.resize(n);
+        CK(cudaMemcpy(m.host.data(), m.w, 2 * n, cudaMemcpyDeviceToHost));
+    }
+    return ms;
+}
+
+// pack_member for every member side by side (a thread each); source(m, q, r) as pack_member's for member m.
+template <class Source>
+static void pack_members(std::vector<Member>& ms, Source&& source) {
+    std::vector<std::thread> th;
+    for (auto& m : ms)
+        th.emplace_back([&m, &source] { pack_member(m, [&](uint32_t q, int r) { return source(m, q, r); }); });
+    for (auto& t : th) t.join();
+}

@@ -34,7 +34,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "packed_host.h"
@@ -139,36 +138,15 @@ int main(int argc, char** argv) {
                    fa.numRegs, (size_t)fa.localSizeBytes, per_sm);
         }
 
-    std::vector<Member> ms(4);
-    ms[0].name = "qkv"; ms[0].rows = 6144; ms[0].cols = 4096;
-    ms[1].name = "o"; ms[1].rows = 4096; ms[1].cols = 4096;
-    ms[2].name = "gate_up"; ms[2].rows = 24576; ms[2].cols = 4096;
-    ms[3].name = "down"; ms[3].rows = 4096; ms[3].cols = 12288;
+    std::vector<Member> ms = qwen3_layer(0x1234567ull);
+    // THE TALL ORDER: position 256 i + 8 L + e of chunk (G, c) is element (64G + 8i + g, 32c + 8t + e).
+    pack_members(ms, [](const Member& m, uint32_t q, int r) {
+        const int cpr = m.cols / 32, G = q / cpr, c = q % cpr, i = r >> 8, L = (r >> 3) & 31, e = r & 7;
+        return (size_t)(64 * G + 8 * i + (L >> 2)) * m.cols + 32 * c + 8 * (L & 3) + e;
+    });
     size_t bf16_bytes = 0, df11_bytes = 0;
-    for (size_t k = 0; k < ms.size(); ++k) {
-        Member& m = ms[k];
-        const size_t n = (size_t)m.rows * m.cols;
-        CK(cudaMalloc(&m.w, 2 * n));
-        synth_bf16<<<1024, 256>>>(m.w, n, 0x1234567ull * (k + 1));
-        CK(cudaGetLastError());
-        m.host.resize(n);
-        CK(cudaMemcpy(m.host.data(), m.w, 2 * n, cudaMemcpyDeviceToHost));
-        bf16_bytes += 2 * n;
-    }
-    {
-        std::vector<std::thread> th;   // the host packing of the four members side by side
-        for (auto& m : ms)
-            th.emplace_back([&m] {
-                // THE TALL ORDER: position 256 i + 8 L + e of chunk (G, c) is element (64G + 8i + g, 32c + 8t + e).
-                const int cpr = m.cols / 32;
-                pack_member(m, [&](uint32_t q, int r) {
-                    const int G = q / cpr, c = q % cpr, i = r >> 8, L = (r >> 3) & 31, e = r & 7;
-                    return (size_t)(64 * G + 8 * i + (L >> 2)) * m.cols + 32 * c + 8 * (L & 3) + e;
-                });
-            });
-        for (auto& t : th) t.join();
-    }
     for (auto& m : ms) {
+        bf16_bytes += 2 * (size_t)m.rows * m.cols;
         df11_bytes += m.packed_bytes;
         printf("%s %dx%d: packed %.3f bits a weight, %u escapes (%.2f%%)\n", m.name, m.rows, m.cols,
                8.0 * m.packed_bytes / ((double)m.rows * m.cols), m.n_escaped,
