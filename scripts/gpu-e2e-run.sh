@@ -18,16 +18,7 @@ mkdir -p "$LOG" "$WORK"
 # shellcheck disable=SC1091
 . "$(dirname "$0")/unpack.sh"
 unpack_suite .gpu/suite "$BIN"
-if [ ! -f "$WORK/df11/config.json" ]; then
-  t0=$(date +%s)
-  "$BIN/synth_model" --template tests/fixtures/models/qwen3-tiny/bf16 --out "$WORK/bf16" 2> "$LOG/synth.log" || { tail "$LOG/synth.log"; exit 1; }
-  t1=$(date +%s)
-  "$BIN/df11" compress "$WORK/bf16" "$WORK/df11" 2>/dev/null | tee "$LOG/compress.txt" || exit 1
-  t2=$(date +%s)
-  "$BIN/df11" verify "$WORK/df11" "$WORK/bf16" 2>/dev/null | tee -a "$LOG/compress.txt" || exit 1
-  echo "synth $((t1 - t0)) s, compress $((t2 - t1)) s" | tee -a "$LOG/compress.txt"
-  du -sh "$WORK/bf16" "$WORK/df11" | tee -a "$LOG/compress.txt"
-fi
+e2e_model "$BIN" "$WORK" "$LOG" || exit 1
 [ -n "${E2E_OFFICIAL_ONLY:-}" ] || : > "$LOG/bench.jsonl"
 # The driver compiles the kernels' PTX at a process's first use of them and caches the result for
 # the machine (~/.nv/ComputeCache): on a fresh machine the first timed row (DF11) would pay ~3 s of

@@ -14,10 +14,7 @@ mkdir -p "$LOG" "$WORK"
 # shellcheck disable=SC1091
 . "$(dirname "$0")/unpack.sh"
 unpack_suite .gpu/suite "$BIN"
-if [ ! -f "$WORK/df11/config.json" ]; then
-  "$BIN/synth_model" --template tests/fixtures/models/qwen3-tiny/bf16 --out "$WORK/bf16" 2> "$LOG/synth.log" || { tail "$LOG/synth.log"; exit 1; }
-  "$BIN/df11" compress "$WORK/bf16" "$WORK/df11" > "$LOG/compress.txt" 2>&1 || { tail "$LOG/compress.txt"; exit 1; }
-fi
+e2e_model "$BIN" "$WORK" "$LOG" > /dev/null || exit 1
 : > "$LOG/prefill.jsonl"
 for fmt in df11 bf16; do   # untimed: the driver's first compile of our PTX
   flag=""; [ "$fmt" = bf16 ] && flag="--bf16"

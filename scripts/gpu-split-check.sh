@@ -12,10 +12,7 @@ STEPS=${SPLIT_STEPS:-32}
 # shellcheck disable=SC1091
 . "$(dirname "$0")/unpack.sh"
 unpack_suite .gpu/suite "$BIN"
-if [ ! -f "$WORK/df11/config.json" ]; then
-  "$BIN/synth_model" --template tests/fixtures/models/qwen3-tiny/bf16 --out "$WORK/bf16" 2>/dev/null || exit 1
-  "$BIN/df11" compress "$WORK/bf16" "$WORK/df11" > /dev/null 2>&1 || exit 1
-fi
+e2e_model "$BIN" "$WORK" "${OUT:-/tmp/df11-split}" > /dev/null || exit 1
 tokens() {  # <out file> <env...> -- <bench args...>
   local out=$1; shift
   local envs=()
