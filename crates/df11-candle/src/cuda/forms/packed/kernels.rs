@@ -28,8 +28,8 @@ mod rows;
 pub(crate) use rows::{decode_packed_rows, ROWS_A_LAUNCH};
 
 const DECODE_MODULE: Module = fatbin_module!("df11_packed");
-/// CTAs an SM the decode kernels are compiled for (`__launch_bounds__(256, 4)`), and
-/// `df11_decode_packed_pieces` (`DP_PIECES_CTAS`: two blocks' inputs in registers).
+/// CTAs an SM a decode grid holds at most: 4 (`df11_decode_packed_tiled` is compiled for 4), and
+/// 3 for `df11_decode_packed_pieces` (`DP_PIECES_CTAS`: two blocks' inputs in registers).
 const DECODE_CTAS: u32 = 4;
 const DECODE_PIECES_CTAS: u32 = 3;
 
