@@ -39,7 +39,7 @@ nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o "$out/mma_identity"
   2>&1 | { grep -v -E "C7519|C7511" || true; }
 echo "ok: kernels/harness/mma_identity.cu (sm_90a)"
 # The product and decode measurement harnesses (host code too: compiled, not linked).
-for h in tall_probe decode_probe; do
+for h in tall_probe decode_probe ring_probe; do
   nvcc -c -O3 -std=c++17 -arch=sm_90 -o "$out/$h.o" "kernels/harness/$h.cu"
   echo "ok: kernels/harness/$h.cu (sm_90)"
 done

@@ -14,16 +14,6 @@
 
 // ---------------------------------------------------------------------------------------------------------------
 
-// tile_original (df11_packed.cuh) on the host: the row-major index of tile-order position p of a member of `cols`.
-static uint32_t tile_original_host(uint32_t p, uint32_t cols) {
-    const uint32_t group = p / (8u * cols), r0 = p - group * 8u * cols;
-    const uint32_t k = r0 >> 14, r1 = r0 & 16383u;
-    const uint32_t width = std::min(2048u, cols - 2048u * k);
-    const uint32_t m = width == 2048u ? r1 >> 11 : r1 / width, r = width == 2048u ? r1 & 2047u : r1 - m * width;
-    const uint32_t i = r >> 8, g = (r >> 5) & 7u, t = (r >> 3) & 3u, e = r & 7u;
-    return (8u * group + g) * cols + 2048u * k + 8u * (4u * m + t) + 256u * i + e;
-}
-
 struct DevMember {
     Member* m;
     uint32_t* tables;

@@ -1,4 +1,4 @@
-// Host pieces of the product harnesses (tall_probe.cu, decode_probe.cu): synthetic BF16 weights, the packed form
+// Host pieces of the product harnesses (tall_probe.cu, decode_probe.cu, ring_probe.cu): synthetic BF16 weights, the packed form
 // built on the host in any storage order, CUDA graphs timed. Written for this project.
 #pragma once
 #include <cuda_bf16.h>
@@ -146,6 +146,16 @@ static float time_graph(cudaStream_t st, int iters, F&& body) {
     CK(cudaEventDestroy(e0));
     CK(cudaEventDestroy(e1));
     return 1000.0f * ms / iters;   // us
+}
+
+// tile_original (df11_packed.cuh) on the host: the row-major index of tile-order position p of a member of `cols`.
+static uint32_t tile_original_host(uint32_t p, uint32_t cols) {
+    const uint32_t group = p / (8u * cols), r0 = p - group * 8u * cols;
+    const uint32_t k = r0 >> 14, r1 = r0 & 16383u;
+    const uint32_t width = std::min(2048u, cols - 2048u * k);
+    const uint32_t m = width == 2048u ? r1 >> 11 : r1 / width, r = width == 2048u ? r1 & 2047u : r1 - m * width;
+    const uint32_t i = r >> 8, g = (r >> 5) & 7u, t = (r >> 3) & 3u, e = r & 7u;
+    return (8u * group + g) * cols + 2048u * k + 8u * (4u * m + t) + 256u * i + e;
 }
 
 // A Qwen3-8B layer's four products as the decode step launches them (q/k/v stacked, o, gate/up stacked, down), N(0,
