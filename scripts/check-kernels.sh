@@ -43,6 +43,8 @@ for h in tall_probe decode_probe ring_probe; do
   nvcc -c -O3 -std=c++17 -arch=sm_90 -o "$out/$h.o" "kernels/harness/$h.cu"
   echo "ok: kernels/harness/$h.cu (sm_90)"
 done
+nvcc -c -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o "$out/ss_probe.o" kernels/harness/ss_probe.cu
+echo "ok: kernels/harness/ss_probe.cu (sm_90a)"
 
 # Run the kernel's own decode functions on the CPU (the harness's emulation mode) over every
 # fixture unit and the real Qwen3-4B slice: bit-exact against the originals, status word clear.

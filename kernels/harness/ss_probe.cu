@@ -1,0 +1,190 @@
+// SHARED-MEMORY DECODE GEMM for prompts, a measurement harness (kernels: ss_kernel.cuh): DF11 weights decoded by
+// producer warps straight into the shared-memory slots a wgmma GEMM reads (A and B from shared memory), against its
+// twin (the same kernel, the BF16 weight blocks bulk-copied into those slots) and cuBLAS, on a Qwen3-8B layer's four
+// products (q/k/v stacked 6144x4096, o 4096x4096, gate/up stacked 24576x4096, down 4096x12288; N(0, 0.02) weights).
+//
+//   bash kernels/harness/ss_probe.sh              (builds .gpu/ss/ss_probe and .gpu/ss/run.sh)
+//   bash .gpu/ss/run.sh [--iters N] [--rows "128 512 2048"] [--per-product]
+//
+// Checks: DF11 == twin byte for byte (the same consumers over the same shared-memory bytes); the twin against cuBLAS
+// within BF16 rounding. Timing: the layer's four products as one CUDA graph (x's blocks arranged by a launch before
+// each product, counted), us, at x tiles of 128 and 256 rows.
+
+#include <cublas_v2.h>
+
+#include <cmath>
+#include <string>
+
+#include "packed_host.h"
+#include "ss_kernel.cuh"
+
+#define CB(x)                                                                                                   \
+    do {                                                                                                        \
+        cublasStatus_t s_ = (x);                                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                      \
+            fprintf(stderr, "cuBLAS error %d at %s:%d\n", (int)s_, __FILE__, __LINE__);                         \
+            exit(2);                                                                                            \
+        }                                                                                                       \
+    } while (0)
+
+// The row-major index of position r of chunk q in the kernel's block order (ss_kernel.cuh, LAYOUT) for K columns.
+static size_t ss_source(uint32_t q, int r, int K) {
+    const uint32_t KB = (uint32_t)K / SS_BK, blk = q / 4, slab = q % 4, tm = blk / KB, kb = blk % KB;
+    const int row = (int)tm * SS_BM + (r >> 7) * 8 + ((r & 63) >> 3);
+    const int k = (int)kb * SS_BK + (int)slab * 16 + ((r & 127) >> 6) * 8 + (r & 7);
+    return (size_t)row * K + k;
+}
+
+static std::vector<int> parse_list(const char* s) {
+    std::vector<int> v;
+    for (const char* p = s; *p;) {
+        v.push_back(atoi(p));
+        while (*p && *p != ' ' && *p != ',') ++p;
+        while (*p == ' ' || *p == ',') ++p;
+    }
+    return v;
+}
+
+struct Prod {
+    Member* m;
+    uint16_t *wb, *xb, *y_twin, *y_df11, *y_cublas;
+};
+
+template <int RT, int PW>
+static void launch(const Prod& p, const uint16_t* x, int R, bool df11, cudaStream_t st) {
+    const int K = p.m->cols, N = p.m->rows;
+    const size_t units = (size_t)((R + RT - 1) / RT) * (K / SS_BK) * RT * 8;
+    ss_x_blocks<RT><<<(int)std::min<size_t>((units + 255) / 256, 4096), 256, 0, st>>>(x, p.xb, R, K);
+    SsArgs a = {p.wb, p.m->codes, p.m->chunk_escapes, p.m->lane_starts, p.m->escapes, p.m->n_escapes, p.m->sm,
+                p.m->t0, p.m->t1,
+                p.xb, df11 ? p.y_df11 : p.y_twin, R, N, K};
+    dim3 grid((R + RT - 1) / RT, N / SS_BM);
+    if (df11)
+        ss_gemm<RT, true, PW><<<grid, 128 * (PW + 2), ss_smem_bytes(RT, PW), st>>>(a);
+    else
+        ss_gemm<RT, false, PW><<<grid, 128 * (PW + 2), ss_smem_bytes(RT, PW), st>>>(a);
+}
+
+// The kernel variants timed: x tile rows and producer warpgroups.
+struct Variant {
+    const char* name;
+    void (*run)(const Prod&, const uint16_t*, int, bool, cudaStream_t);
+};
+static const Variant kVariants[] = {
+    {"RT128 PW1", launch<128, 1>}, {"RT256 PW1", launch<256, 1>},
+    {"RT128 PW2", launch<128, 2>}, {"RT256 PW2", launch<256, 2>}};
+
+template <int RT, int PW>
+static void allow_smem() {
+    CK(cudaFuncSetAttribute(ss_gemm<RT, true, PW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ss_smem_bytes(RT, PW)));
+    CK(cudaFuncSetAttribute(ss_gemm<RT, false, PW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ss_smem_bytes(RT, PW)));
+}
+
+int main(int argc, char** argv) {
+    int iters = 30;
+    bool per_product = false;
+    std::vector<int> rows_list = {128, 256, 512, 1024, 2048};
+    for (int i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rows") && i + 1 < argc) rows_list = parse_list(argv[++i]);
+        else if (!strcmp(argv[i], "--per-product")) per_product = true;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+    allow_smem<128, 1>();
+    allow_smem<256, 1>();
+    allow_smem<128, 2>();
+    allow_smem<256, 2>();
+    {
+        cudaFuncAttributes fa, fb;
+        CK(cudaFuncGetAttributes(&fa, ss_gemm<256, true, 2>));
+        CK(cudaFuncGetAttributes(&fb, ss_gemm<256, false, 2>));
+        printf("ss_gemm<256, PW2>: DF11 %d registers, %zu B local; twin %d registers, %zu B local\n", fa.numRegs,
+               (size_t)fa.localSizeBytes, fb.numRegs, (size_t)fb.localSizeBytes);
+    }
+    std::vector<Member> ms = qwen3_layer(0x7654321ull);
+    pack_members(ms, [](const Member& m, uint32_t q, int r) { return ss_source(q, r, m.cols); });
+    const int max_rows = *std::max_element(rows_list.begin(), rows_list.end());
+    std::vector<Prod> ps(ms.size());
+    for (size_t k = 0; k < ms.size(); ++k) {
+        Member& m = ms[k];
+        Prod& p = ps[k];
+        p.m = &m;
+        const size_t n = (size_t)m.rows * m.cols;
+        std::vector<uint16_t> wb(n);
+        for (uint32_t q = 0; q < n / 2048; ++q)
+            for (int r = 0; r < 2048; ++r) wb[(size_t)q * 2048 + r] = m.host[ss_source(q, r, m.cols)];
+        CK(cudaMalloc(&p.wb, 2 * n));
+        CK(cudaMemcpy(p.wb, wb.data(), 2 * n, cudaMemcpyHostToDevice));
+        CK(cudaMalloc(&p.xb, 2 * (size_t)(max_rows + 255) * m.cols));
+        for (uint16_t** y : {&p.y_twin, &p.y_df11, &p.y_cublas}) CK(cudaMalloc(y, 2 * (size_t)max_rows * m.rows));
+    }
+    uint16_t* x;
+    CK(cudaMalloc(&x, 2 * (size_t)max_rows * 12288));
+    synth_bf16<<<256, 256>>>(x, (size_t)max_rows * 12288, 0x1234ull);
+    CK(cudaGetLastError());
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cublasHandle_t h;
+    CB(cublasCreate(&h));
+    CB(cublasSetStream(h, st));
+    void* ws;
+    CK(cudaMalloc(&ws, 32 << 20));
+    CB(cublasSetWorkspace(h, ws, 32 << 20));
+    int fails = 0;
+    printf("\nper layer, us (4 products, one graph): twin / DF11 per variant, against cuBLAS\n");
+    for (const int R : rows_list) {
+        auto cublas = [&](const Prod& p) {
+            const float one = 1.0f, zero = 0.0f;
+            CB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, p.m->rows, R, p.m->cols, &one, p.m->w, CUDA_R_16BF, p.m->cols,
+                            x, CUDA_R_16BF, p.m->cols, &zero, p.y_cublas, CUDA_R_16BF, p.m->rows, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+        };
+        std::string checks;
+        for (const Variant& v : kVariants) {
+            for (auto& p : ps) {
+                cublas(p);
+                v.run(p, x, R, false, st);
+                v.run(p, x, R, true, st);
+                CK(cudaGetLastError());
+                const size_t n = (size_t)R * p.m->rows;
+                std::vector<uint16_t> yt(n), yd(n), yc(n);
+                CK(cudaMemcpyAsync(yt.data(), p.y_twin, 2 * n, cudaMemcpyDeviceToHost, st));
+                CK(cudaMemcpyAsync(yd.data(), p.y_df11, 2 * n, cudaMemcpyDeviceToHost, st));
+                CK(cudaMemcpyAsync(yc.data(), p.y_cublas, 2 * n, cudaMemcpyDeviceToHost, st));
+                CK(cudaStreamSynchronize(st));
+                const bool same = memcmp(yt.data(), yd.data(), 2 * n) == 0;
+                double worst = 0, scale = 0;
+                for (size_t i = 0; i < n; ++i) {
+                    worst = std::max(worst, (double)fabsf(bf16_to_f(yt[i]) - bf16_to_f(yc[i])));
+                    scale = std::max(scale, (double)fabsf(bf16_to_f(yc[i])));
+                }
+                const bool close = worst <= 1.6e-2 * scale;   // a few BF16 ulps of the largest output
+                fails += !same + !close;
+                if (!same || !close)
+                    checks += std::string(" ") + p.m->name + "@" + v.name + (same ? "" : ": DF11 != twin") +
+                              (close ? "" : ": twin far from cuBLAS (" + std::to_string(worst) + " of " +
+                                                std::to_string(scale) + ")");
+            }
+        }
+        const float t_cublas = time_graph(st, iters, [&] { for (auto& p : ps) cublas(p); });
+        printf("%5d rows: cuBLAS %7.1f  %s\n", R, t_cublas, checks.empty() ? "(DF11 == twin, twin ~ cuBLAS)" : checks.c_str());
+        for (const Variant& v : kVariants) {
+            const float tt = time_graph(st, iters, [&] { for (auto& p : ps) v.run(p, x, R, false, st); });
+            const float td = time_graph(st, iters, [&] { for (auto& p : ps) v.run(p, x, R, true, st); });
+            printf("     %-10s twin %7.1f (%.3fx cuBLAS)  DF11 %7.1f (%.3fx cuBLAS, %.3fx twin)\n", v.name, tt,
+                   t_cublas / tt, td, t_cublas / td, tt / td);
+            if (per_product) {
+                for (auto& p : ps) {
+                    const float c = time_graph(st, iters, [&] { cublas(p); });
+                    const float t1 = time_graph(st, iters, [&] { v.run(p, x, R, false, st); });
+                    const float d1 = time_graph(st, iters, [&] { v.run(p, x, R, true, st); });
+                    printf("          %-8s cuBLAS %7.1f  twin %7.1f  DF11 %7.1f\n", p.m->name, c, t1, d1);
+                }
+            }
+        }
+    }
+    printf("\n%s (%d failed checks)\n", fails ? "FAIL" : "PASS", fails);
+    return fails ? 1 : 0;
+}
