@@ -138,15 +138,21 @@ if [ -z "${E2E_NO_OFFLOAD:-}" ]; then
     echo "official runtime: skipped (no .whl/dfloat11-*.whl: scripts/fetch-official-wheels.sh)"
   fi
 fi
-# The server: the DF11 model behind `df11 serve`, 1, 8 and 32 concurrent streaming clients.
+# The server: `df11 serve` with 1, 8 and 32 concurrent streaming clients,
+# on the DF11 folder and on the BF16 folder (E2E_SERVE_FORMATS), one after the other.
 if [ -z "${E2E_NO_SERVE:-}${E2E_OFFICIAL_ONLY:-}" ]; then
-  "$BIN/df11" serve --model-dir "$WORK/df11" --port 18000 --max-batch 32 --max-context 1024 \
-    --served-model-name qwen3-8b-shaped > "$LOG/serve.out" 2> "$LOG/serve.err" &
-  spid=$!
-  for _ in $(seq 1 120); do grep -q "listening on" "$LOG/serve.err" && break; sleep 1; done
-  python3 scripts/serve-bench.py http://127.0.0.1:18000 --model qwen3-8b-shaped \
-    --concurrency 1 8 32 --requests 2 --max-tokens 128 | tee "$LOG/serve.jsonl" || echo "serve bench failed"
-  kill $spid; wait $spid 2>/dev/null
+  for fmt in ${E2E_SERVE_FORMATS:-df11 bf16}; do
+    flag=""; [ "$fmt" = bf16 ] && flag="--bf16"
+    # shellcheck disable=SC2086
+    "$BIN/df11" serve --model-dir "$WORK/$fmt" $flag --port 18000 --max-batch 32 --max-context 1024 \
+      --served-model-name qwen3-8b-shaped > "$LOG/serve-$fmt.out" 2> "$LOG/serve-$fmt.err" &
+    spid=$!
+    for _ in $(seq 1 120); do grep -q "listening on" "$LOG/serve-$fmt.err" && break; sleep 1; done
+    echo "serve $fmt:"
+    python3 scripts/serve-bench.py http://127.0.0.1:18000 --model qwen3-8b-shaped \
+      --concurrency 1 8 32 --requests 2 --max-tokens 128 | tee "$LOG/serve-$fmt.jsonl" || echo "serve bench failed"
+    kill $spid; wait $spid 2>/dev/null
+  done
 fi
 # A table, and lossless means the same greedy tokens: DF11 and BF16 must agree in each setting.
 python3 - "$LOG/bench.jsonl" <<'PY'
