@@ -8,7 +8,9 @@
 //
 // Checks: DF11 == twin byte for byte (the same consumers over the same shared-memory bytes); the twin against cuBLAS
 // within BF16 rounding. Timing: the layer's four products as one CUDA graph (x's blocks arranged by a launch before
-// each product, counted), us, at x tiles of 128 and 256 rows.
+// each product, counted), us, for x tiles of 128 and 256 rows with one and two producer warpgroups. Variants of the
+// kernel are nvcc flags (ss_kernel.cuh's head): SS_BIN=name bash kernels/harness/ss_probe.sh -DSS_STAGED ... builds
+// .gpu/ss/name, run by SS_BIN=name bash .gpu/ss/run.sh.
 
 #include <cublas_v2.h>
 
