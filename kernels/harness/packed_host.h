@@ -1,6 +1,7 @@
 // Host pieces of the product harnesses (tall_probe.cu, decode_probe.cu, ring_probe.cu): synthetic BF16 weights, the packed form
 // built on the host in any storage order, CUDA graphs timed. Written for this project.
 #pragma once
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -20,6 +21,26 @@
             exit(2);                                                                                            \
         }                                                                                                       \
     } while (0)
+
+#define CB(x)                                                                                                   \
+    do {                                                                                                        \
+        cublasStatus_t s_ = (x);                                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                      \
+            fprintf(stderr, "cuBLAS error %d at %s:%d\n", (int)s_, __FILE__, __LINE__);                         \
+            exit(2);                                                                                            \
+        }                                                                                                       \
+    } while (0)
+
+// A command-line list of integers ("16 32 64" or "16,32,64").
+static std::vector<int> parse_list(const char* s) {
+    std::vector<int> v;
+    for (const char* p = s; *p;) {
+        v.push_back(atoi(p));
+        while (*p && *p != ' ' && *p != ',') ++p;
+        while (*p == ' ' || *p == ',') ++p;
+    }
+    return v;
+}
 
 // N(0, 0.02) BF16 values, a hash of the index and seed through Box-Muller.
 __global__ void synth_bf16(uint16_t* w, size_t n, uint64_t seed) {

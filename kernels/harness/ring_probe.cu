@@ -20,21 +20,10 @@
 // BF16 slices, byte for byte; and whether the sliced y equals the unsliced one (cuBLAS may pick another kernel).
 // --persist marks the ring as persisting in L2 (an access policy window on both streams).
 
-#include <cublas_v2.h>
-
 #include <string>
 
 #include "../df11_packed.cu"
 #include "packed_host.h"
-
-#define CB(x)                                                                                                   \
-    do {                                                                                                        \
-        cublasStatus_t s_ = (x);                                                                                \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                      \
-            fprintf(stderr, "cuBLAS error %d at %s:%d\n", (int)s_, __FILE__, __LINE__);                         \
-            exit(2);                                                                                            \
-        }                                                                                                       \
-    } while (0)
 
 struct Prod {
     Member* m;
@@ -43,16 +32,6 @@ struct Prod {
     int* cols;
     uint16_t* y;   // [rows, m->rows]
 };
-
-static std::vector<int> parse_list(const char* s) {
-    std::vector<int> v;
-    for (const char* p = s; *p;) {
-        v.push_back(atoi(p));
-        while (*p && *p != ' ' && *p != ',') ++p;
-        while (*p == ' ' || *p == ',') ++p;
-    }
-    return v;
-}
 
 int main(int argc, char** argv) {
     int iters = 50;

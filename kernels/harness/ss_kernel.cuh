@@ -28,9 +28,7 @@
 #pragma once
 #include <cstdint>
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define SS_HAVE_WGMMA 1
-#endif
+#include "../df11_tc_wg.cuh"
 
 constexpr int SS_BM = 128, SS_BK = 64;
 #ifndef SS_STAGES
@@ -52,73 +50,21 @@ struct SsArgs {
     int R, N, K;
 };
 
-__device__ __forceinline__ uint32_t ss_smem(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ uint64_t ss_desc(const void* smem) {
-    const uint32_t a = ss_smem(smem);
-    return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)(128 >> 4) << 16) | ((uint64_t)(256 >> 4) << 32);
-}
-
-__device__ __forceinline__ void ss_bar_init(uint64_t* bar, uint32_t count) {
-#ifdef SS_HAVE_WGMMA
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(ss_smem(bar)), "r"(count) : "memory");
-#endif
-}
+// One plain arrival on an mbarrier (the mbarrier, bulk-copy and wgmma primitives are df11_tc_wg.cuh's).
 __device__ __forceinline__ void ss_bar_arrive(uint64_t* bar) {
-#ifdef SS_HAVE_WGMMA
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(ss_smem(bar)) : "memory");
-#endif
-}
-__device__ __forceinline__ void ss_bar_expect(uint64_t* bar, uint32_t bytes) {
-#ifdef SS_HAVE_WGMMA
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(ss_smem(bar)), "r"(bytes)
-                 : "memory");
-#endif
-}
-__device__ __forceinline__ void ss_bar_wait(uint64_t* bar, uint32_t parity) {
-#ifdef SS_HAVE_WGMMA
-    asm volatile(
-        "{\n.reg .pred done;\n"
-        "SS_WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra SS_WAIT_%=;\n}\n" ::"r"(ss_smem(bar)),
-        "r"(parity)
-        : "memory");
-#endif
-}
-__device__ __forceinline__ void ss_bulk(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-#ifdef SS_HAVE_WGMMA
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(ss_smem(dst)),
-        "l"(src), "r"(bytes), "r"(ss_smem(bar))
-        : "memory");
-#endif
-}
-__device__ __forceinline__ void ss_wg_fence() {
-#ifdef SS_HAVE_WGMMA
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void ss_commit() {
-#ifdef SS_HAVE_WGMMA
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-template <int N>
-__device__ __forceinline__ void ss_wait() {
-#ifdef SS_HAVE_WGMMA
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#ifdef WG_HAVE_WGMMA
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(wg_smem_addr(bar)) : "memory");
 #endif
 }
 // Generic-proxy stores to shared memory made visible to the async proxy (wgmma reads).
 __device__ __forceinline__ void ss_proxy_fence() {
-#ifdef SS_HAVE_WGMMA
+#ifdef WG_HAVE_WGMMA
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
 // wgmma m64n128k16, A and B by descriptor; d 64 floats; scale_d 0 zeroes the accumulators first.
 __device__ __forceinline__ void ss_mma_n128(float (&d)[64], uint64_t ad, uint64_t bd, int scale_d) {
-#ifdef SS_HAVE_WGMMA
+#ifdef WG_HAVE_WGMMA
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
@@ -170,7 +116,7 @@ __device__ __forceinline__ void ss_load(SsIn& in, const SsArgs& a, uint32_t q, u
 constexpr int SS_RAW_BYTES = 768 + 2048 + 32 + 128;
 
 __device__ __forceinline__ void ss_cp16(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ss_smem(dst)), "l"(src), "r"(valid ? 16 : 0)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(wg_smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
                  : "memory");
 }
 __device__ __forceinline__ void ss_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
@@ -327,16 +273,14 @@ __global__ void __launch_bounds__(128 * (PW + 2), 1) ss_gemm(const SsArgs a) {
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     if (threadIdx.x == 0) {
         for (int s = 0; s < SS_STAGES; ++s) {
-            ss_bar_init(&full[s], DF11 ? 5 : 1);
-            ss_bar_init(&empty[s], 8);
+            wg_bar_init(&full[s], DF11 ? 5 : 1);
+            wg_bar_init(&empty[s], 8);
         }
-#ifdef SS_HAVE_WGMMA
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
+        wg_bar_init_fence();
     }
     __syncthreads();
     if (wg < PW) {
-#ifdef SS_HAVE_WGMMA
+#ifdef WG_HAVE_WGMMA
         if (PW > 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(SS_PRODUCER_REGS));
 #endif
         // DF11: the warp's chunk of stage kb is q; with SS_PREFETCH its inputs are loaded one of its stages ahead, and
@@ -400,12 +344,12 @@ __global__ void __launch_bounds__(128 * (PW + 2), 1) ss_gemm(const SsArgs a) {
             SsIn in;
             if (DF11) ss_load(in, a, q, lane, ss_escape_start(a, q, lane));
 #endif
-            if (kb >= SS_STAGES) ss_bar_wait(&empty[s], ((kb / SS_STAGES) - 1) & 1);
+            if (kb >= SS_STAGES) wg_bar_wait(&empty[s], ((kb / SS_STAGES) - 1) & 1);
             uint8_t* sw = smem + s * STAGE;
             if ((threadIdx.x & 127) == 0) {
-                ss_bar_expect(&full[s], X_BYTES + (DF11 ? 0 : W_BYTES));
-                ss_bulk(sw + W_BYTES, a.xb + ((size_t)tn * KB + kb) * RT * SS_BK, X_BYTES, &full[s]);
-                if (!DF11) ss_bulk(sw, a.wb + ((size_t)tm * KB + kb) * SS_BM * SS_BK, W_BYTES, &full[s]);
+                wg_bar_expect(&full[s], X_BYTES + (DF11 ? 0 : W_BYTES));
+                wg_bulk_copy(sw + W_BYTES, a.xb + ((size_t)tn * KB + kb) * RT * SS_BK, X_BYTES, &full[s]);
+                if (!DF11) wg_bulk_copy(sw, a.wb + ((size_t)tm * KB + kb) * SS_BM * SS_BK, W_BYTES, &full[s]);
             }
             if (DF11) {
 #ifdef SS_DECODE_TWICE   // diagnostic: the decode's cost doubled (the same bytes stored twice)
@@ -425,7 +369,7 @@ __global__ void __launch_bounds__(128 * (PW + 2), 1) ss_gemm(const SsArgs a) {
         }
         return;
     }
-#ifdef SS_HAVE_WGMMA
+#ifdef WG_HAVE_WGMMA
     if (PW > 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"((65536 / 128 - PW * SS_PRODUCER_REGS) / 2));
 #endif
     const int g = wg - PW;
@@ -436,24 +380,24 @@ __global__ void __launch_bounds__(128 * (PW + 2), 1) ss_gemm(const SsArgs a) {
         for (int i = 0; i < 64; ++i) acc[nh][i] = 0.0f;
     for (int kb = 0; kb < KB; ++kb) {
         const int s = kb % SS_STAGES;
-        ss_bar_wait(&full[s], (kb / SS_STAGES) & 1);
+        wg_bar_wait(&full[s], (kb / SS_STAGES) & 1);
         const uint16_t* sw = reinterpret_cast<const uint16_t*>(smem + s * STAGE);
         const uint16_t* sx = reinterpret_cast<const uint16_t*>(smem + s * STAGE + W_BYTES);
-        ss_wg_fence();
+        wg_fence();
 #pragma unroll
         for (int k16 = 0; k16 < 4; ++k16) {
-            const uint64_t ad = ss_desc(sw + k16 * 2048 + g * 1024);
+            const uint64_t ad = wg_desc(sw + k16 * 2048 + g * 1024);
 #pragma unroll
             for (int nh = 0; nh < RT / 128; ++nh)
-                ss_mma_n128(acc[nh], ad, ss_desc(sx + k16 * RT * 16 + nh * 2048), (kb | k16) != 0);
+                ss_mma_n128(acc[nh], ad, wg_desc(sx + k16 * RT * 16 + nh * 2048), (kb | k16) != 0);
         }
-        ss_commit();
+        wg_commit();
         if (kb > 0) {
-            ss_wait<1>();
+            wg_wait<1>();
             if (lane == 0) ss_bar_arrive(&empty[(kb - 1) % SS_STAGES]);
         }
     }
-    ss_wait<0>();
+    wg_wait<0>();
     const int wrow0 = tm * SS_BM + 64 * g + 16 * warp + (lane >> 2);
     const bool whole_tile = (tn + 1) * RT <= a.R;
 #pragma unroll

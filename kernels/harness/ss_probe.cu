@@ -12,22 +12,11 @@
 // kernel are nvcc flags (ss_kernel.cuh's head): SS_BIN=name bash kernels/harness/ss_probe.sh -DSS_STAGED ... builds
 // .gpu/ss/name, run by SS_BIN=name bash .gpu/ss/run.sh.
 
-#include <cublas_v2.h>
-
 #include <cmath>
 #include <string>
 
 #include "packed_host.h"
 #include "ss_kernel.cuh"
-
-#define CB(x)                                                                                                   \
-    do {                                                                                                        \
-        cublasStatus_t s_ = (x);                                                                                \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                      \
-            fprintf(stderr, "cuBLAS error %d at %s:%d\n", (int)s_, __FILE__, __LINE__);                         \
-            exit(2);                                                                                            \
-        }                                                                                                       \
-    } while (0)
 
 // The row-major index of position r of chunk q in the kernel's block order (ss_kernel.cuh, LAYOUT) for K columns.
 static size_t ss_source(uint32_t q, int r, int K) {
@@ -35,16 +24,6 @@ static size_t ss_source(uint32_t q, int r, int K) {
     const int row = (int)tm * SS_BM + (r >> 7) * 8 + ((r & 63) >> 3);
     const int k = (int)kb * SS_BK + (int)slab * 16 + ((r & 127) >> 6) * 8 + (r & 7);
     return (size_t)row * K + k;
-}
-
-static std::vector<int> parse_list(const char* s) {
-    std::vector<int> v;
-    for (const char* p = s; *p;) {
-        v.push_back(atoi(p));
-        while (*p && *p != ' ' && *p != ',') ++p;
-        while (*p == ' ' || *p == ',') ++p;
-    }
-    return v;
 }
 
 struct Prod {

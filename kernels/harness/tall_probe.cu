@@ -24,7 +24,6 @@
 // sums its chunks of a piece in order (stream-K below: a piece is a warp's columns of one tile); tall_reduce adds a
 // tile's pieces in CTA order.
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -38,15 +37,6 @@
 
 #include "packed_host.h"
 #include "tall_kernel.cuh"
-
-#define CB(x)                                                                                                   \
-    do {                                                                                                        \
-        cublasStatus_t s_ = (x);                                                                                \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                      \
-            fprintf(stderr, "cuBLAS error %d at %s:%d\n", (int)s_, __FILE__, __LINE__);                         \
-            exit(2);                                                                                            \
-        }                                                                                                       \
-    } while (0)
 
 // ---------------------------------------------------------------------------------------------------------------
 // Host: weights, the packed form in the tall order, launches, checks, timing.
