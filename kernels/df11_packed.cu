@@ -206,6 +206,19 @@ __device__ __forceinline__ uint4 dp_fuse8(uint2 sm, uint32_t lo, uint32_t hi) {
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// dp_cache_members for the tiled kernels, whose members all fit (n_members <= DP_MEMBERS), with each member's column
+// count (> 0: tiled) too (the caller synchronizes).
+__device__ __forceinline__ void dp_cache_tiled_members(const uint32_t* tables, const long long* member_ends,
+                                                       const int* member_cols, int n_members, long long* s_ends,
+                                                       uint32_t* s_tables, int* s_cols) {
+    for (int i = threadIdx.x; i < n_members; i += DP_THREADS) {
+        s_ends[i] = member_ends[i];
+        s_tables[2 * i] = tables[2 * i];
+        s_tables[2 * i + 1] = tables[2 * i + 1];
+        s_cols[i] = member_cols[i];
+    }
+}
+
 // HOST GUARANTEES (besides the file's): n_members <= DP_MEMBERS.
 extern "C" __global__ void __launch_bounds__(DP_THREADS, 4)
 df11_decode_packed_tiled(const uint32_t* codes, const uint32_t* chunk_escapes, const uint8_t* lane_starts,
@@ -217,12 +230,7 @@ df11_decode_packed_tiled(const uint32_t* codes, const uint32_t* chunk_escapes, c
     __shared__ uint32_t s_tables[2 * DP_MEMBERS];
     __shared__ int s_cols[DP_MEMBERS];
     __shared__ uint4 s_rows[8 * DP_ROW_UNITS];
-    for (int i = threadIdx.x; i < n_members; i += DP_THREADS) {
-        s_ends[i] = member_ends[i];
-        s_tables[2 * i] = tables[2 * i];
-        s_tables[2 * i + 1] = tables[2 * i + 1];
-        s_cols[i] = member_cols[i];
-    }
+    dp_cache_tiled_members(tables, member_ends, member_cols, n_members, s_ends, s_tables, s_cols);
     __syncthreads();
     // The unit's packed form (the per-member tables are in shared memory: t0, t1 unused).
     const FgPacked u = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, 0u, 0u};
@@ -334,12 +342,7 @@ df11_decode_packed_pieces(const uint32_t* codes, const uint32_t* chunk_escapes, 
     __shared__ uint32_t s_tables[2 * DP_MEMBERS];
     __shared__ int s_cols[DP_MEMBERS];
     __shared__ uint4 s_rows[8 * DP_ROW_UNITS];
-    for (int i = threadIdx.x; i < n_members; i += DP_THREADS) {
-        s_ends[i] = member_ends[i];
-        s_tables[2 * i] = tables[2 * i];
-        s_tables[2 * i + 1] = tables[2 * i + 1];
-        s_cols[i] = member_cols[i];
-    }
+    dp_cache_tiled_members(tables, member_ends, member_cols, n_members, s_ends, s_tables, s_cols);
     __syncthreads();
     const FgPacked u = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, 0u, 0u};
     const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
