@@ -45,13 +45,16 @@ bench() {  # <label> <args...>
 # model's folder already made, once .whl/ is there too).
 if [ -z "${E2E_OFFICIAL_ONLY:-}" ]; then
   batches=${E2E_BATCHES:-"1 8"}; [ -n "${E2E_QUICK:-}" ] && batches=1
-  # E2E_FORMATS="df11" runs our DF11 rows only (the BF16 and stock rows need the time).
+  # E2E_FORMATS="df11" runs our DF11 rows only (the BF16 and stock rows need the time);
+  # "bf16-cublas" adds BF16 rows with every product through cuBLAS.
   formats=${E2E_FORMATS:-"df11 bf16 stock"}
   for batch in $batches; do
     for fmt in $formats; do
       case $fmt in
         df11) bench "df11 b$batch ctx512" --model-dir "$WORK/df11" --batch "$batch" ;;
         bf16) bench "bf16 b$batch ctx512" --model-dir "$WORK/bf16" --bf16 --batch "$batch" ;;
+        # Every BF16 product through cuBLAS (--matmul decode): what our BF16 path is held to.
+        bf16-cublas) bench "bf16 b$batch ctx512 cublas" --model-dir "$WORK/bf16" --bf16 --matmul decode --batch "$batch" ;;
         stock) bench "stock b$batch ctx512" --model-dir "$WORK/bf16" --stock --batch "$batch" ;;
       esac
     done

@@ -1,16 +1,21 @@
-// SHARED-MEMORY DECODE GEMM for prompts, a measurement harness (kernels: ss_kernel.cuh): DF11 weights decoded by
-// producer warps straight into the shared-memory slots a wgmma GEMM reads (A and B from shared memory), against its
-// twin (the same kernel, the BF16 weight blocks bulk-copied into those slots) and cuBLAS, on a Qwen3-8B layer's four
-// products (q/k/v stacked 6144x4096, o 4096x4096, gate/up stacked 24576x4096, down 4096x12288; N(0, 0.02) weights).
+// SHARED-MEMORY DECODE GEMM, a measurement harness (kernels: ss_kernel.cuh): DF11 weights decoded by producer warps
+// straight into the shared-memory slots a wgmma GEMM reads (A and B from shared memory), against its twin (the same
+// kernel, the BF16 weight blocks bulk-copied into those slots) and cuBLAS, on a Qwen3-8B layer's four products (q/k/v
+// stacked 6144x4096, o 4096x4096, gate/up stacked 24576x4096, down 4096x12288; N(0, 0.02) weights).
 //
 //   bash kernels/harness/ss_probe.sh              (builds .gpu/ss/ss_probe and .gpu/ss/run.sh)
-//   bash .gpu/ss/run.sh [--iters N] [--rows "128 512 2048"] [--per-product]
+//   bash .gpu/ss/run.sh [--iters N] [--rows "16 32 64 128 512"] [--per-product] [--ctas N] [--max-splits N]
+//                       [--min-kb-split N]
 //
+// A row count runs the x tiles that hold it: 16, 32 or 64 rows (wgmma n16-n64, each weight decoded once a product),
+// 128 and 256 above 128 rows. Where a product's tiles are fewer than --ctas (default: the SMs), K is split to reach it
+// (at most --max-splits, default 16; at least --min-kb-split 64-column blocks a split, default 4), each split's fp32
+// partial sums stored and added in split order by ss_reduce (DF11 and twin alike, so the same bits).
 // Checks: DF11 == twin byte for byte (the same consumers over the same shared-memory bytes); the twin against cuBLAS
 // within BF16 rounding. Timing: the layer's four products as one CUDA graph (x's blocks arranged by a launch before
-// each product, counted), us, for x tiles of 128 and 256 rows with one and two producer warpgroups. Variants of the
-// kernel are nvcc flags (ss_kernel.cuh's head): SS_BIN=name bash kernels/harness/ss_probe.sh -DSS_STAGED ... builds
-// .gpu/ss/name, run by SS_BIN=name bash .gpu/ss/run.sh.
+// each product, and the split-K reduction, counted), us. Variants of the kernel are nvcc flags (ss_kernel.cuh's head):
+// SS_BIN=name bash kernels/harness/ss_probe.sh -DSS_CTAS=2 ... builds .gpu/ss/name, run by
+// SS_BIN=name bash .gpu/ss/run.sh. Figures: docs/PERFORMANCE.md ("A decoding producer for a wgmma GEMM").
 
 #include <cmath>
 #include <string>
@@ -31,32 +36,60 @@ struct Prod {
     uint16_t *wb, *xb, *y_twin, *y_df11, *y_cublas;
 };
 
+// Split K: a product's grid of x tiles x weight tiles is cut along K into enough splits to give `g_target_ctas`
+// CTAs (at most KB / g_min_kb_split splits; 1 when the tiles alone fill it).
+static int g_target_ctas = 0, g_min_kb_split = 4, g_max_splits = 16;
+static float* g_ws = nullptr;   // fp32 partial sums of the splits
+static int splits_for(int R, int RT, int N, int K) {
+    const int tiles = ((R + RT - 1) / RT) * (N / SS_BM), KB = K / SS_BK;
+    int s = (g_target_ctas + tiles - 1) / tiles;
+    s = std::min(std::min(s, KB / g_min_kb_split), g_max_splits);
+    return std::max(s, 1);
+}
+
 template <int RT, int PW>
 static void launch(const Prod& p, const uint16_t* x, int R, bool df11, cudaStream_t st) {
     const int K = p.m->cols, N = p.m->rows;
     const size_t units = (size_t)((R + RT - 1) / RT) * (K / SS_BK) * RT * 8;
     ss_x_blocks<RT><<<(int)std::min<size_t>((units + 255) / 256, 4096), 256, 0, st>>>(x, p.xb, R, K);
+    uint16_t* y = df11 ? p.y_df11 : p.y_twin;
     SsArgs a = {p.wb, p.m->codes, p.m->chunk_escapes, p.m->lane_starts, p.m->escapes, p.m->n_escapes, p.m->sm,
                 p.m->t0, p.m->t1,
-                p.xb, df11 ? p.y_df11 : p.y_twin, R, N, K};
-    dim3 grid((R + RT - 1) / RT, N / SS_BM);
+                p.xb, y, g_ws, R, N, K};
+    const int S = splits_for(R, RT, N, K);
+    dim3 grid((R + RT - 1) / RT, N / SS_BM, S);
     if (df11)
         ss_gemm<RT, true, PW><<<grid, 128 * (PW + 2), ss_smem_bytes(RT, PW), st>>>(a);
     else
         ss_gemm<RT, false, PW><<<grid, 128 * (PW + 2), ss_smem_bytes(RT, PW), st>>>(a);
+    if (S > 1) {
+        const size_t n = (size_t)R * N;
+        ss_reduce<<<(int)std::min<size_t>((n / 4 + 255) / 256, 2048), 256, 0, st>>>(g_ws, y, n, S);
+    }
 }
 
-// The kernel variants timed: x tile rows and producer warpgroups.
+// The kernel variants timed: x tile rows and producer warpgroups. A row count runs the variants whose x tile is the
+// smallest that holds it (RT 128 and 256 above 128 rows).
 struct Variant {
     const char* name;
+    int rt;
     void (*run)(const Prod&, const uint16_t*, int, bool, cudaStream_t);
 };
 static const Variant kVariants[] = {
-    {"RT128 PW1", launch<128, 1>}, {"RT256 PW1", launch<256, 1>},
-    {"RT128 PW2", launch<128, 2>}, {"RT256 PW2", launch<256, 2>}};
+    {"RT16 PW2", 16, launch<16, 2>},     {"RT32 PW2", 32, launch<32, 2>},     {"RT64 PW2", 64, launch<64, 2>},
+#if SS_CTAS == 1   // (two CTAs an SM leave too few registers for the 128 and 256-row tiles)
+    {"RT128 PW1", 128, launch<128, 1>}, {"RT256 PW1", 256, launch<256, 1>}, {"RT128 PW2", 128, launch<128, 2>},
+    {"RT256 PW2", 256, launch<256, 2>},
+#endif
+};
+static size_t g_smem_max = 0;   // the device's shared memory a CTA may opt in to
+static bool runs(const Variant& v, int R) {
+    return ss_smem_bytes(v.rt, 2) <= g_smem_max && (R > 128 ? v.rt >= 128 : v.rt >= R && v.rt / 2 < R);
+}
 
 template <int RT, int PW>
 static void allow_smem() {
+    if (ss_smem_bytes(RT, PW) > g_smem_max) return;   // too many stages for this tile: runs() skips it
     CK(cudaFuncSetAttribute(ss_gemm<RT, true, PW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ss_smem_bytes(RT, PW)));
     CK(cudaFuncSetAttribute(ss_gemm<RT, false, PW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ss_smem_bytes(RT, PW)));
 }
@@ -64,24 +97,36 @@ static void allow_smem() {
 int main(int argc, char** argv) {
     int iters = 30;
     bool per_product = false;
-    std::vector<int> rows_list = {128, 256, 512, 1024, 2048};
+    std::vector<int> rows_list = {16, 32, 64, 128, 512};
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rows") && i + 1 < argc) rows_list = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "--per-product")) per_product = true;
+        else if (!strcmp(argv[i], "--ctas") && i + 1 < argc) g_target_ctas = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--max-splits") && i + 1 < argc) g_max_splits = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--min-kb-split") && i + 1 < argc) g_min_kb_split = atoi(argv[++i]);
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+    g_smem_max = prop.sharedMemPerBlockOptin;
+    if (g_target_ctas == 0) g_target_ctas = prop.multiProcessorCount;
+    printf("split K to reach %d CTAs a product (at most %d splits, at least %d K blocks a split)\n", g_target_ctas,
+           g_max_splits, g_min_kb_split);
+    allow_smem<16, 2>();
+    allow_smem<32, 2>();
+    allow_smem<64, 2>();
+#if SS_CTAS == 1
     allow_smem<128, 1>();
     allow_smem<256, 1>();
     allow_smem<128, 2>();
     allow_smem<256, 2>();
+#endif
     {
         cudaFuncAttributes fa, fb;
-        CK(cudaFuncGetAttributes(&fa, ss_gemm<256, true, 2>));
-        CK(cudaFuncGetAttributes(&fb, ss_gemm<256, false, 2>));
-        printf("ss_gemm<256, PW2>: DF11 %d registers, %zu B local; twin %d registers, %zu B local\n", fa.numRegs,
+        CK(cudaFuncGetAttributes(&fa, ss_gemm<64, true, 2>));
+        CK(cudaFuncGetAttributes(&fb, ss_gemm<64, false, 2>));
+        printf("ss_gemm<64, PW2>: DF11 %d registers, %zu B local; twin %d registers, %zu B local\n", fa.numRegs,
                (size_t)fa.localSizeBytes, fb.numRegs, (size_t)fb.localSizeBytes);
     }
     std::vector<Member> ms = qwen3_layer(0x7654321ull);
@@ -101,6 +146,9 @@ int main(int argc, char** argv) {
         CK(cudaMalloc(&p.xb, 2 * (size_t)(max_rows + 255) * m.cols));
         for (uint16_t** y : {&p.y_twin, &p.y_df11, &p.y_cublas}) CK(cudaMalloc(y, 2 * (size_t)max_rows * m.rows));
     }
+    size_t ws_floats = 0;
+    for (const Prod& p : ps) ws_floats = std::max(ws_floats, (size_t)g_max_splits * (max_rows + 255) * p.m->rows);
+    CK(cudaMalloc(&g_ws, 4 * ws_floats));
     uint16_t* x;
     CK(cudaMalloc(&x, 2 * (size_t)max_rows * 12288));
     synth_bf16<<<256, 256>>>(x, (size_t)max_rows * 12288, 0x1234ull);
@@ -124,6 +172,7 @@ int main(int argc, char** argv) {
         };
         std::string checks;
         for (const Variant& v : kVariants) {
+            if (!runs(v, R)) continue;
             for (auto& p : ps) {
                 cublas(p);
                 v.run(p, x, R, false, st);
@@ -152,6 +201,7 @@ int main(int argc, char** argv) {
         const float t_cublas = time_graph(st, iters, [&] { for (auto& p : ps) cublas(p); });
         printf("%5d rows: cuBLAS %7.1f  %s\n", R, t_cublas, checks.empty() ? "(DF11 == twin, twin ~ cuBLAS)" : checks.c_str());
         for (const Variant& v : kVariants) {
+            if (!runs(v, R)) continue;
             const float tt = time_graph(st, iters, [&] { for (auto& p : ps) v.run(p, x, R, false, st); });
             const float td = time_graph(st, iters, [&] { for (auto& p : ps) v.run(p, x, R, true, st); });
             printf("     %-10s twin %7.1f (%.3fx cuBLAS)  DF11 %7.1f (%.3fx cuBLAS, %.3fx twin)\n", v.name, tt,
@@ -161,7 +211,8 @@ int main(int argc, char** argv) {
                     const float c = time_graph(st, iters, [&] { cublas(p); });
                     const float t1 = time_graph(st, iters, [&] { v.run(p, x, R, false, st); });
                     const float d1 = time_graph(st, iters, [&] { v.run(p, x, R, true, st); });
-                    printf("          %-8s cuBLAS %7.1f  twin %7.1f  DF11 %7.1f\n", p.m->name, c, t1, d1);
+                    printf("          %-8s cuBLAS %7.1f  twin %7.1f  DF11 %7.1f  (%d splits)\n", p.m->name, c, t1, d1,
+                           splits_for(R, v.rt, p.m->rows, p.m->cols));
                 }
             }
         }

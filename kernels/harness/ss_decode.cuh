@@ -1,0 +1,286 @@
+// THE DECODING PRODUCER of kernels/harness/ss_kernel.cuh (a measurement harness): a producer warp's inputs for one
+// chunk of the packed form (loaded from global memory, through a cp.async ring, or with a warp scan in place of the
+// lane starts), and their decode into the chunk's 2048 BF16 in the kernel's block layout (two byte_perm lookups and an
+// escape-mask table a pass, or the streaming kernels' escape table). SsArgs, the launch's arguments, lives here too.
+// Written for this project.
+#pragma once
+#include <cstdint>
+
+#include "../df11_tc_wg.cuh"
+#ifdef SS_TS_DECODE
+#include "../df11_escape_table.cuh"
+#endif
+
+// The packed form of every weight block (DF11) or the weight blocks as BF16 (twin), x's blocks, y.
+struct SsArgs {
+    const uint16_t* wb;   // twin: [N / BM][KB][BM * BK]
+    const uint32_t* codes;
+    const uint32_t* chunk_escapes;
+    const uint8_t* lane_starts;
+    const uint8_t* escapes;
+    uint32_t n_escapes;   // the escapes buffer's length (padded)
+    const uint8_t* sm;
+    uint32_t t0, t1;
+    const uint16_t* xb;   // [ceil(R / RT)][KB][RT * BK], rows past R zero
+    uint16_t* y;          // [R][N]
+    float* ws;            // split K (gridDim.z > 1): [splits][R][N] fp32 partial sums, added by ss_reduce
+    int R, N, K;
+};
+
+// A lane's inputs for one chunk of the packed form (2048 weights, layout order; lane L's pass i is positions
+// 256 i + 8 L .. + 7): its 3-bit codes of each pass (at bit 3 (2048 q + 256 i + 8 L)), its sign_mantissa bytes, and
+// the first eight of its escapes (in order from the chunk's and lane's start; more are read from global memory).
+struct SsIn {
+    uint32_t c24[8];
+    uint2 s[8];
+    uint32_t e_lo, e_hi, esc;
+    bool in_window;   // e_lo, e_hi hold the escapes (else ss_decode reads them from global memory)
+};
+
+// Where lane's escapes of chunk q start (two dependent loads: issued a chunk before ss_load needs them).
+__device__ __forceinline__ uint32_t ss_escape_start(const SsArgs& a, uint32_t q, uint32_t lane) {
+    return __ldg(a.chunk_escapes + q) + __ldg(a.lane_starts + 32 * q + lane);
+}
+
+__device__ __forceinline__ void ss_load(SsIn& in, const SsArgs& a, uint32_t q, uint32_t lane, uint32_t esc) {
+    const uint32_t sh = (24u * lane) & 31u, w0 = 192u * q + ((24u * lane) >> 5);
+    const uint8_t* smp = a.sm + 2048ull * q + 8 * lane;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        in.c24[i] = __funnelshift_r(__ldg(a.codes + w0 + 24 * i), __ldg(a.codes + w0 + 24 * i + 1), sh);
+        in.s[i] = __ldg(reinterpret_cast<const uint2*>(smp + 256 * i));
+    }
+    // The escapes buffer is padded past its last escape, so three words from any escape's word are inside it.
+    const uint32_t* ew = reinterpret_cast<const uint32_t*>(a.escapes) + (esc >> 2);
+    const uint32_t x0 = __ldg(ew), x1 = __ldg(ew + 1), x2 = __ldg(ew + 2), b = 8u * (esc & 3u);
+    in.e_lo = __funnelshift_r(x0, x1, b);
+    in.e_hi = __funnelshift_r(x1, x2, b);
+    in.esc = esc;
+    in.in_window = true;
+}
+
+// SS_STAGED: a producer warp's inputs come through a ring of SS_RAW shared-memory slots filled by cp.async a few of its
+// stages ahead (no register or load latency held across the decode): a slot holds a chunk's codes (768 bytes), its
+// sign_mantissa (2048), lane starts (32) and a 128-byte window of its escapes from the 16-byte unit holding the
+// chunk's first escape (units past the buffer zero-filled).
+#ifndef SS_RAW
+#define SS_RAW 3
+#endif
+constexpr int SS_RAW_BYTES = 768 + 2048 + 32 + 128;
+
+__device__ __forceinline__ void ss_cp16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(wg_smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void ss_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void ss_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Queues chunk q's inputs into slot (esc0: the chunk's first escape).
+__device__ __forceinline__ void ss_stage_chunk(uint8_t* slot, const SsArgs& a, uint32_t q, uint32_t esc0,
+                                               uint32_t lane) {
+    const uint32_t eb = esc0 & ~15u;
+    for (uint32_t u = lane; u < SS_RAW_BYTES / 16; u += 32) {
+        const uint8_t* src;
+        bool valid = true;
+        if (u < 48) src = reinterpret_cast<const uint8_t*>(a.codes) + 768ull * q + 16 * u;
+        else if (u < 176) src = a.sm + 2048ull * q + 16 * (u - 48);
+        else if (u < 178) src = a.lane_starts + 32ull * q + 16 * (u - 176);
+        else {
+            const uint32_t off = eb + 16 * (u - 178);
+            valid = off + 16 <= a.n_escapes;
+            src = a.escapes + (valid ? off : 0);
+        }
+        ss_cp16(slot + 16 * u, src, valid);
+    }
+}
+
+// A lane's inputs for a chunk from its slot (ss_load's, from shared memory); esc0 as staged.
+__device__ __forceinline__ void ss_load_staged(SsIn& in, const uint8_t* slot, const SsArgs& a, uint32_t esc0,
+                                               uint32_t lane) {
+    const uint32_t* codes = reinterpret_cast<const uint32_t*>(slot);
+    const uint32_t sh = (24u * lane) & 31u, w0 = (24u * lane) >> 5;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        in.c24[i] = __funnelshift_r(codes[w0 + 24 * i], codes[w0 + 24 * i + 1], sh);
+        in.s[i] = *reinterpret_cast<const uint2*>(slot + 768 + 256 * i + 8 * lane);
+    }
+    const uint32_t esc = esc0 + slot[768 + 2048 + lane], off = esc - (esc0 & ~15u);
+    in.esc = esc;
+    if (off <= 116) {   // three words of the window hold the lane's first eight escapes
+        const uint32_t* ew = reinterpret_cast<const uint32_t*>(slot + 768 + 2048 + 32) + (off >> 2);
+        const uint32_t b = 8u * (off & 3u);
+        in.e_lo = __funnelshift_r(ew[0], ew[1], b);
+        in.e_hi = __funnelshift_r(ew[1], ew[2], b);
+        in.in_window = true;
+    } else {
+        in.in_window = false;
+    }
+}
+
+// SS_WARP_SCAN: a lane's escapes found without the lane-start table. The warp loads the 128 bytes of the escape list
+// from its chunk's first escape (`ce`, chunk_escapes[q], loaded a chunk ahead) as one word a lane, with the codes and
+// sign_mantissa, so a chunk costs one memory latency instead of three (lane start, then window); once the codes are
+// in, each lane's start is ce plus an exclusive warp scan of the lanes' escape counts (the list is lane-major, so this
+// is what lane_starts holds), and its first eight escapes come from the warp's words by three shuffles.
+__device__ __forceinline__ void ss_load_scan(SsIn& in, uint32_t& win, const SsArgs& a, uint32_t q, uint32_t lane,
+                                             uint32_t ce) {
+    const uint32_t sh = (24u * lane) & 31u, w0 = 192u * q + ((24u * lane) >> 5);
+    const uint8_t* smp = a.sm + 2048ull * q + 8 * lane;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        in.c24[i] = __funnelshift_r(__ldg(a.codes + w0 + 24 * i), __ldg(a.codes + w0 + 24 * i + 1), sh);
+        in.s[i] = __ldg(reinterpret_cast<const uint2*>(smp + 256 * i));
+    }
+    win = __ldg(reinterpret_cast<const uint32_t*>(a.escapes) + min((ce >> 2) + lane, a.n_escapes / 4 - 1));
+}
+
+// The lane's escape start and window (SsIn's e_lo, e_hi, esc, in_window) from the warp's words (ss_load_scan).
+__device__ __forceinline__ void ss_scan_window(SsIn& in, uint32_t ce, uint32_t win, uint32_t lane) {
+    uint32_t n = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) n += __popc(in.c24[i] & (in.c24[i] >> 1) & (in.c24[i] >> 2) & 0x249249u);
+    uint32_t x = n;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const uint32_t y = __shfl_up_sync(0xffffffffu, x, d);
+        if (lane >= (uint32_t)d) x += y;
+    }
+    in.esc = ce + x - n;
+    const uint32_t off = in.esc - (ce & ~3u), k = off >> 2, b = 8u * (off & 3u);
+    const uint32_t v0 = __shfl_sync(0xffffffffu, win, min(k, 31u));
+    const uint32_t v1 = __shfl_sync(0xffffffffu, win, min(k + 1, 31u));
+    const uint32_t v2 = __shfl_sync(0xffffffffu, win, min(k + 2, 31u));
+    in.e_lo = __funnelshift_r(v0, v1, b);
+    in.e_hi = __funnelshift_r(v1, v2, b);
+    in.in_window = k + 2 < 32;
+}
+
+// 8 codes of 3 bits (bits 0..23) spread into 8 nibbles: a byte_perm selector of 8 table bytes.
+__device__ __forceinline__ uint32_t ss_nibbles(uint32_t c) {
+    c = (c & 0xfffu) | ((c & 0xfff000u) << 4);
+    c = (c & 0x003f003fu) | ((c & 0x0fc00fc0u) << 2);
+    return (c & 0x07070707u) | ((c & 0x38383838u) << 1);
+}
+
+// Four BF16 from four sign_mantissa bytes s and four exponent bytes e: (s & 0x80) << 8 | e << 7 | (s & 0x7f) each.
+__device__ __forceinline__ uint2 ss_join(uint32_t s, uint32_t e) {
+    const uint32_t hi = (s & 0x80808080u) | ((e >> 1) & 0x7f7f7f7fu);
+    const uint32_t lo = ((e << 7) & 0x80808080u) | (s & 0x7f7f7f7fu);
+    return make_uint2(__byte_perm(lo, hi, 0x5140), __byte_perm(lo, hi, 0x7362));
+}
+
+// The escape table (shared memory, 256 entries, ss_escape_table): for the escape mask b of a pass (bit e: element
+// e's code is 7), x = a byte_perm selector whose nibble e is the number of escapes before element e (its byte in the
+// lane's escape window), y and z = byte masks of the escaped elements 0..3 and 4..7, w = the escapes in the pass.
+__device__ __forceinline__ void ss_escape_table(uint4* table, int tid, int threads) {
+    for (int b = tid; b < 256; b += threads) {
+        uint32_t sel = 0, lo = 0, hi = 0, n = 0;
+        for (int e = 0; e < 8; ++e)
+            if (b >> e & 1) {
+                sel |= n << (4 * e);
+                (e < 4 ? lo : hi) |= 0xffu << (8 * (e & 3));
+                ++n;
+            }
+        table[b] = make_uint4(sel, lo, hi, n);
+    }
+}
+
+// Decodes a lane's chunk (ss_load's inputs) into dst (the chunk's 2048 BF16 in layout order): a pass's eight
+// exponents by two byte_perm lookups of the table, its escapes (codes 7) by two byte_perm lookups of the lane's
+// escape window at the places the escape table gives, then joined with their bytes. A lane with more escapes in the
+// chunk than its window holds (8) takes them one by one from global memory.
+__device__ __forceinline__ void ss_decode(const SsIn& in, const SsArgs& a, const uint4* esc_table, uint16_t* dst,
+                                          uint32_t lane) {
+#ifdef SS_NO_DECODE   // diagnostic: the inputs stored as they are (wrong weights)
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+        *reinterpret_cast<uint4*>(dst + 256 * i + 8 * lane) = make_uint4(in.c24[i], in.s[i].x, in.s[i].y, in.e_lo);
+    return;
+#endif
+    uint32_t n_esc = 0, n_pass[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        n_pass[i] = __popc(in.c24[i] & (in.c24[i] >> 1) & (in.c24[i] >> 2) & 0x249249u);
+        n_esc += n_pass[i];
+    }
+    // Where each pass's escapes start in the window: from the codes' counts, so the passes do not wait on each other's
+    // table lookups (SS_SERIAL_WINDOW: the window shifted pass by pass by the table's count, a chain through all 8).
+    uint32_t before = 0;
+    uint64_t w = (uint64_t)in.e_hi << 32 | in.e_lo;
+    uint32_t esc = in.esc;
+    const bool window = n_esc <= 8 && in.in_window;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const uint32_t c = in.c24[i] & 0xffffffu, sel = ss_nibbles(c);
+        uint32_t e_lo = __byte_perm(a.t0, a.t1, sel & 0xffffu), e_hi = __byte_perm(a.t0, a.t1, sel >> 16);
+#ifndef SS_NO_ESCAPES
+        // Escaped elements: nibbles 0111, gathered into an 8-bit mask.
+        uint32_t m = sel & (sel >> 1) & (sel >> 2) & 0x11111111u;
+        m = (m | (m >> 3)) & 0x03030303u;
+        m = (m | (m >> 6)) & 0x000f000fu;
+        m = (m | (m >> 12)) & 0xffu;
+        if (window) {
+            const uint4 t = esc_table[m];
+#ifdef SS_SERIAL_WINDOW
+            const uint32_t lo = (uint32_t)w, hi = (uint32_t)(w >> 32);
+            w = t.w >= 8 ? 0 : w >> (8 * t.w);
+#else
+            const uint64_t wi = w >> (8 * min(before, 7u));   // before == 8: no escape left in this pass
+            const uint32_t lo = (uint32_t)wi, hi = (uint32_t)(wi >> 32);
+#endif
+            e_lo = (e_lo & ~t.y) | (__byte_perm(lo, hi, t.x & 0xffffu) & t.y);
+            e_hi = (e_hi & ~t.z) | (__byte_perm(lo, hi, t.x >> 16) & t.z);
+        } else {
+            for (int e = 0; e < 8; ++e)
+                if (m >> e & 1) {
+                    const uint32_t ex = a.escapes[esc++], sh = 8 * (e & 3);
+                    if (e < 4) e_lo = (e_lo & ~(0xffu << sh)) | (ex << sh);
+                    else e_hi = (e_hi & ~(0xffu << sh)) | (ex << sh);
+                }
+        }
+        before += n_pass[i];
+#endif
+        const uint2 lo = ss_join(in.s[i].x, e_lo), hi = ss_join(in.s[i].y, e_hi);
+        *reinterpret_cast<uint4*>(dst + 256 * i + 8 * lane) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+    }
+}
+
+#ifdef SS_TS_DECODE
+// SS_TS_DECODE: the streaming kernels' decode (df11_escape_table.cuh): four codes with their escapes -> four exponents
+// by two lookups of the member-independent escape table (ts_tab, in shared memory) and two byte permutes, joined to
+// their sign_mantissa bytes with the exponents kept rotated (fg_fuse4_rot). t0r, t1r: the member's table, rotated.
+__device__ __forceinline__ unsigned long long ss_fetch8(const SsArgs& a, uint32_t at) {
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(a.escapes);
+    const uint32_t w = min(at >> 2, a.n_escapes / 4 - 3), sh = 8 * (at & 3);
+    const uint32_t w0 = __ldg(words + w), w1 = __ldg(words + w + 1), w2 = __ldg(words + w + 2);
+    return ((unsigned long long)__funnelshift_r(w1, w2, sh) << 32) | __funnelshift_r(w0, w1, sh);
+}
+template <bool SLOW>
+__device__ __forceinline__ void ss_passes_ts(const SsIn& in, const SsArgs& a, uint32_t t0r, uint32_t t1r,
+                                             uint16_t* dst, uint32_t lane) {
+    unsigned long long held = fg_rot64((unsigned long long)in.e_hi << 32 | in.e_lo);
+    uint32_t cursor = in.esc;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        if (SLOW) held = fg_rot64(ss_fetch8(a, cursor));
+        uint32_t elo, ehi, w[4];
+        const uint32_t used = ts_decode8(in.c24[i] & 0xffffffu, t0r, t1r, held, elo, ehi);
+        if (SLOW) cursor += used;
+        fg_fuse4_rot(in.s[i].x, elo, w[0], w[1]);
+        fg_fuse4_rot(in.s[i].y, ehi, w[2], w[3]);
+        *reinterpret_cast<uint4*>(dst + 256 * i + 8 * lane) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+__device__ __forceinline__ void ss_decode_ts(const SsIn& in, const SsArgs& a, uint32_t t0r, uint32_t t1r,
+                                             uint16_t* dst, uint32_t lane) {
+    uint32_t n_esc = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) n_esc += __popc(in.c24[i] & (in.c24[i] >> 1) & (in.c24[i] >> 2) & 0x249249u);
+    if (__all_sync(0xffffffffu, n_esc <= 8 && in.in_window)) ss_passes_ts<false>(in, a, t0r, t1r, dst, lane);
+    else ss_passes_ts<true>(in, a, t0r, t1r, dst, lane);
+}
+#endif
+
