@@ -5,12 +5,14 @@
 //
 //   bash kernels/harness/ss_probe.sh              (builds .gpu/ss/ss_probe and .gpu/ss/run.sh)
 //   bash .gpu/ss/run.sh [--iters N] [--rows "16 32 64 128 512"] [--per-product] [--ctas N] [--max-splits N]
-//                       [--min-kb-split N]
+//                       [--min-kb-split N] [--no-arrange] [--no-reduce]
 //
 // A row count runs the x tiles that hold it: 16, 32 or 64 rows (wgmma n16-n64, each weight decoded once a product),
 // 128 and 256 above 128 rows. Where a product's tiles are fewer than --ctas (default: the SMs), K is split to reach it
 // (at most --max-splits, default 16; at least --min-kb-split 64-column blocks a split, default 4), each split's fp32
-// partial sums stored and added in split order by ss_reduce (DF11 and twin alike, so the same bits).
+// partial sums stored and added in split order by ss_reduce (DF11 and twin alike, so the same bits). Diagnostics of
+// the timings (wrong outputs, after the checks): --no-arrange leaves x's blocks as arranged for the checks (one x tile
+// size a row count: 16-128 rows), --no-reduce skips the splits' addition.
 // Checks: DF11 == twin byte for byte (the same consumers over the same shared-memory bytes); the twin against cuBLAS
 // within BF16 rounding. Timing: the layer's four products as one CUDA graph (x's blocks arranged by a launch before
 // each product, and the split-K reduction, counted), us. Variants of the kernel are nvcc flags (ss_kernel.cuh's head):
@@ -40,6 +42,9 @@ struct Prod {
 // CTAs (at most KB / g_min_kb_split splits; 1 when the tiles alone fill it).
 static int g_target_ctas = 0, g_min_kb_split = 4, g_max_splits = 16;
 static float* g_ws = nullptr;   // fp32 partial sums of the splits
+// Diagnostics of the timed layer (the checks run without them): x's blocks left as the check arranged them
+// (--no-arrange), the splits' sums not added (--no-reduce: y not written).
+static bool g_skip_arrange = false, g_skip_reduce = false, g_diag_arrange = false, g_diag_reduce = false;
 static int splits_for(int R, int RT, int N, int K) {
     const int tiles = ((R + RT - 1) / RT) * (N / SS_BM), KB = K / SS_BK;
     int s = (g_target_ctas + tiles - 1) / tiles;
@@ -51,7 +56,7 @@ template <int RT, int PW>
 static void launch(const Prod& p, const uint16_t* x, int R, bool df11, cudaStream_t st) {
     const int K = p.m->cols, N = p.m->rows;
     const size_t units = (size_t)((R + RT - 1) / RT) * (K / SS_BK) * RT * 8;
-    ss_x_blocks<RT><<<(int)std::min<size_t>((units + 255) / 256, 4096), 256, 0, st>>>(x, p.xb, R, K);
+    if (!g_skip_arrange) ss_x_blocks<RT><<<(int)std::min<size_t>((units + 255) / 256, 4096), 256, 0, st>>>(x, p.xb, R, K);
     uint16_t* y = df11 ? p.y_df11 : p.y_twin;
     SsArgs a = {p.wb, p.m->codes, p.m->chunk_escapes, p.m->lane_starts, p.m->escapes, p.m->n_escapes, p.m->sm,
                 p.m->t0, p.m->t1,
@@ -62,7 +67,7 @@ static void launch(const Prod& p, const uint16_t* x, int R, bool df11, cudaStrea
         ss_gemm<RT, true, PW><<<grid, 128 * (PW + 2), ss_smem_bytes(RT, PW), st>>>(a);
     else
         ss_gemm<RT, false, PW><<<grid, 128 * (PW + 2), ss_smem_bytes(RT, PW), st>>>(a);
-    if (S > 1) {
+    if (S > 1 && !g_skip_reduce) {
         const size_t n = (size_t)R * N;
         ss_reduce<<<(int)std::min<size_t>((n / 4 + 255) / 256, 2048), 256, 0, st>>>(g_ws, y, n, S);
     }
@@ -102,6 +107,8 @@ int main(int argc, char** argv) {
         if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rows") && i + 1 < argc) rows_list = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "--per-product")) per_product = true;
+        else if (!strcmp(argv[i], "--no-arrange")) g_diag_arrange = true;
+        else if (!strcmp(argv[i], "--no-reduce")) g_diag_reduce = true;
         else if (!strcmp(argv[i], "--ctas") && i + 1 < argc) g_target_ctas = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max-splits") && i + 1 < argc) g_max_splits = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--min-kb-split") && i + 1 < argc) g_min_kb_split = atoi(argv[++i]);
@@ -170,6 +177,7 @@ int main(int argc, char** argv) {
                             x, CUDA_R_16BF, p.m->cols, &zero, p.y_cublas, CUDA_R_16BF, p.m->rows, CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT));
         };
+        g_skip_arrange = g_skip_reduce = false;
         std::string checks;
         for (const Variant& v : kVariants) {
             if (!runs(v, R)) continue;
@@ -198,6 +206,8 @@ int main(int argc, char** argv) {
                                                 std::to_string(scale) + ")");
             }
         }
+        g_skip_arrange = g_diag_arrange;   // from here on only timings
+        g_skip_reduce = g_diag_reduce;
         const float t_cublas = time_graph(st, iters, [&] { for (auto& p : ps) cublas(p); });
         printf("%5d rows: cuBLAS %7.1f  %s\n", R, t_cublas, checks.empty() ? "(DF11 == twin, twin ~ cuBLAS)" : checks.c_str());
         for (const Variant& v : kVariants) {
