@@ -34,6 +34,7 @@ struct SsIn {
     uint32_t c24[8];
     uint2 s[8];
     uint32_t e_lo, e_hi, esc;
+    uint32_t cnt;     // SS_START_AHEAD: the lane's escapes in the chunk (else unset)
     bool in_window;   // e_lo, e_hi hold the escapes (else ss_decode reads them from global memory)
 };
 
@@ -267,7 +268,13 @@ __device__ __forceinline__ void ss_passes_ts(const SsIn& in, const SsArgs& a, ui
     for (int i = 0; i < 8; ++i) {
         if (SLOW) held = fg_rot64(ss_fetch8(a, cursor));
         uint32_t elo, ehi, w[4];
+#ifdef SS_NO_ESCAPES   // diagnostic (wrong weights): the exponents by the table's .x alone
+        const uint32_t v = in.c24[i] & 0xffffffu, used = 0;
+        elo = ts_prmt(t0r, t1r, ts_tab[v & 0xfffu]);
+        ehi = ts_prmt(t0r, t1r, ts_tab[v >> 12]);
+#else
         const uint32_t used = ts_decode8(in.c24[i] & 0xffffffu, t0r, t1r, held, elo, ehi);
+#endif
         if (SLOW) cursor += used;
         fg_fuse4_rot(in.s[i].x, elo, w[0], w[1]);
         fg_fuse4_rot(in.s[i].y, ehi, w[2], w[3]);
@@ -276,9 +283,13 @@ __device__ __forceinline__ void ss_passes_ts(const SsIn& in, const SsArgs& a, ui
 }
 __device__ __forceinline__ void ss_decode_ts(const SsIn& in, const SsArgs& a, uint32_t t0r, uint32_t t1r,
                                              uint16_t* dst, uint32_t lane) {
+#ifdef SS_START_AHEAD
+    const uint32_t n_esc = in.cnt;
+#else
     uint32_t n_esc = 0;
 #pragma unroll
     for (int i = 0; i < 8; ++i) n_esc += __popc(in.c24[i] & (in.c24[i] >> 1) & (in.c24[i] >> 2) & 0x249249u);
+#endif
     if (__all_sync(0xffffffffu, n_esc <= 8 && in.in_window)) ss_passes_ts<false>(in, a, t0r, t1r, dst, lane);
     else ss_passes_ts<true>(in, a, t0r, t1r, dst, lane);
 }

@@ -16,13 +16,14 @@
 // VARIANTS (-D..., for measurements): SS_STAGES (default 4; a power of two: 6 hung on an H200, not investigated),
 // SS_CTAS (CTAs an SM, default 1; 2 with SS_PRODUCER_REGS=56 for the 16-64-row tiles), SS_PRODUCER_REGS (96),
 // SS_TS_DECODE (the streaming kernels' decode through their 16 KB escape table instead), SS_WARP_SCAN (a lane's
-// escapes found by a warp scan of the codes' counts instead of the lane-start table), SS_SERIAL_WINDOW (the window
+// escapes found by a warp scan of the codes' counts instead of the lane-start table), SS_START_AHEAD (where a lane's
+// escapes start, and how many, loaded a chunk ahead: with SS_TS_DECODE), SS_SERIAL_WINDOW (the window
 // shifted pass by pass), SS_PREFETCH (a warp's next inputs loaded before its decode), SS_STAGED (inputs through a
 // shared-memory ring filled by cp.async, SS_RAW slots a warp; 3 stages at RT 256 for its shared memory), and the
 // diagnostics SS_NO_DECODE, SS_NO_ESCAPES, SS_DECODE_TWICE, SS_NO_FENCE (wrong weights, a race, or the decode twice).
 //
 // STATUS (docs/PERFORMANCE.md, "A decoding producer for a wgmma GEMM"): DF11 == twin at every shape. At 16-64 rows
-// (split K, two CTAs an SM) the twin runs at 0.74-0.93x cuBLAS and DF11 at 0.51-0.58x (16-32 rows: 1.5-1.7x faster
+// (split K, two CTAs an SM) the twin runs at 0.74-0.93x cuBLAS and DF11 at 0.51-0.59x (16-32 rows: 1.5-1.7x faster
 // than decode + cuBLAS, still below BF16); at 128-4096 rows DF11 is below decode + cuBLAS. Not in the library.
 //
 // LAYOUT (both operands, no swizzle, K-major core matrices: 8 rows x 16 bytes): element (row, k) of a ROWS x 64 block
@@ -196,6 +197,15 @@ __global__ void __launch_bounds__(128 * (PW + 2), SS_CTAS) ss_gemm(const SsArgs 
 #ifdef SS_WARP_SCAN
         uint32_t ce_next = DF11 && wg < nk ? __ldg(a.chunk_escapes + q) : 0u;   // the next chunk's first escape
 #endif
+#ifdef SS_START_AHEAD
+        // The next chunk's escape range and the lane's start in it, loaded a chunk ahead.
+        uint32_t ce0_n = 0, ce1_n = 0, ls_n = 0;
+        if (DF11 && wg < nk) {
+            ce0_n = __ldg(a.chunk_escapes + q);
+            ce1_n = __ldg(a.chunk_escapes + q + 1);
+            ls_n = __ldg(a.lane_starts + 32 * q + lane);
+        }
+#endif
         for (int j = wg; j < nk; j += PW, q += q_step) {
             const int kb = kb0 + j, s = j % SS_STAGES;
 #ifdef SS_PREFETCH
@@ -232,6 +242,17 @@ __global__ void __launch_bounds__(128 * (PW + 2), SS_CTAS) ss_gemm(const SsArgs 
             if (DF11) {
                 ss_load_scan(in, win, a, q, lane, ce);
                 if (j + PW < nk) ce_next = __ldg(a.chunk_escapes + q + q_step);
+            }
+#elif defined(SS_START_AHEAD)
+            if (DF11) {
+                const uint32_t start = ce0_n + ls_n, next = __shfl_down_sync(0xffffffffu, start, 1);
+                ss_load(in, a, q, lane, start);
+                in.cnt = (lane == 31 ? ce1_n : next) - start;
+                if (j + PW < nk) {
+                    ce0_n = __ldg(a.chunk_escapes + q + q_step);
+                    ce1_n = __ldg(a.chunk_escapes + q + q_step + 1);
+                    ls_n = __ldg(a.lane_starts + 32 * (q + q_step) + lane);
+                }
             }
 #else
             if (DF11) ss_load(in, a, q, lane, ss_escape_start(a, q, lane));
