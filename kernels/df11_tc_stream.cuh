@@ -82,10 +82,10 @@ __device__ __forceinline__ void ts_mul(const uint32_t (&w)[4], const TcX<MT>& xs
     }
 }
 
-// Pass i of a DF11 sub-step from its stage st: the lane's 8 codes -> exponents with escapes (ts_table) -> BF16 pairs
-// w. FAST: `held` holds the lane's escapes (shifted out as they are used); SLOW: they are read at `cursor` (advanced).
-// t0, t1 and held have their bytes rotated (fg_rot).
-template <bool SLOW>
+// Pass i of a DF11 sub-step from its stage st: the lane's 8 codes -> exponents with escapes (ts_table, or with BITS
+// ts_bits: ts_decode8_bits) -> BF16 pairs w. FAST: `held` holds the lane's escapes (shifted out as they are used); SLOW:
+// they are read at `cursor` (advanced). t0, t1 and held have their bytes rotated (fg_rot).
+template <bool SLOW, bool BITS = false>
 __device__ __forceinline__ void ts_decode_pass(const uint8_t* st, int i, uint32_t t0, uint32_t t1,
                                                unsigned long long& held, uint32_t& cursor, const FgPacked& pk,
                                                uint32_t (&w)[4]) {
@@ -105,7 +105,8 @@ __device__ __forceinline__ void ts_decode_pass(const uint8_t* st, int i, uint32_
     const uint32_t v = __funnelshift_r(cw[w0 + 24 * i], cw[w0 + 24 * i + 1], sh);
     if (SLOW) held = fg_rot64(ts_fetch8(pk, cursor));
     uint32_t elo, ehi;
-    const uint32_t consumed = ts_decode8(v, t0, t1, held, elo, ehi);
+    const uint32_t consumed =
+        BITS ? ts_decode8_bits(v, t0, t1, held, elo, ehi) : ts_decode8(v, t0, t1, held, elo, ehi);
     if (SLOW) cursor += consumed;
     const uint2 sm = smv[lane + 32 * i];
     fg_fuse4_rot(sm.x, elo, w[0], w[1]);
@@ -113,13 +114,13 @@ __device__ __forceinline__ void ts_decode_pass(const uint8_t* st, int i, uint32_
 }
 
 // One DF11 sub-step from its stage st: mul(i, w) for each pass i's weights (ts_decode_pass).
-template <bool SLOW, class Mul>
+template <bool SLOW, bool BITS, class Mul>
 __device__ __forceinline__ void ts_passes(const uint8_t* st, uint32_t t0, uint32_t t1, unsigned long long held,
                                           uint32_t cursor, const FgPacked& pk, Mul&& mul) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
         uint32_t w[4];
-        ts_decode_pass<SLOW>(st, i, t0, t1, held, cursor, pk, w);
+        ts_decode_pass<SLOW, BITS>(st, i, t0, t1, held, cursor, pk, w);
         mul(i, w);
     }
 }
@@ -196,8 +197,9 @@ __device__ __forceinline__ void ts_stage_twin(uint8_t* st_lane, const uint16_t* 
 }
 
 // One DF11 sub-step from its landed stage st (the whole stage): the lane's escapes held in a register where every
-// lane's fit (FAST), else read from global memory pass by pass (SLOW).
-template <class Mul>
+// lane's fit (FAST), else read from global memory pass by pass (SLOW). BITS: the decode by ts_decode8_bits (the CTA
+// staged ts_bits: ts_stage_table<true>).
+template <bool BITS = false, class Mul>
 __device__ __forceinline__ void ts_df11_substep(const uint8_t* st, uint32_t t0, uint32_t t1, const FgPacked& pk,
                                                 Mul&& mul) {
     const uint32_t lane = threadIdx.x & 31;
@@ -212,9 +214,9 @@ __device__ __forceinline__ void ts_df11_substep(const uint8_t* st, uint32_t t0, 
         const uint32_t e0 = ew[q], e1 = ew[q + 1], e2 = ew[q + 2];
         const unsigned long long held =
             fg_rot64(((unsigned long long)__funnelshift_r(e1, e2, sh) << 32) | __funnelshift_r(e0, e1, sh));
-        ts_passes<false>(st, t0, t1, held, 0, pk, mul);
+        ts_passes<false, BITS>(st, t0, t1, held, 0, pk, mul);
     } else {
-        ts_passes<true>(st, t0, t1, 0, start, pk, mul);
+        ts_passes<true, BITS>(st, t0, t1, 0, start, pk, mul);
     }
 }
 
@@ -225,9 +227,17 @@ __device__ __forceinline__ void ts_table_of(const TsTables& tabs, int G, uint32_
     t1 = fg_rot(in_a ? tabs.t1a : in_b ? tabs.t1b : tabs.t1c);
 }
 
-// The escape table's copy into ts_tab by the CTA's `threads` threads (the caller commits it).
+// The escape table's copy into ts_tab (BITS: the escape-bits table's into ts_bits) by the CTA's `threads` threads
+// (the caller commits it).
+template <bool BITS = false>
 __device__ __forceinline__ void ts_stage_table(int threads) {
-    for (int i = threadIdx.x; i < TS_TABLE_BYTES / 16; i += threads) ts_copy16(&ts_tab[4 * i], &ts_table.e[4 * i], 16);
+    if (BITS) {
+        for (int i = threadIdx.x; i < TS_BITS_TABLE_BYTES / 16; i += threads)
+            ts_copy16(&ts_bits[4 * i], &ts_bits_table.e[4 * i], 16);
+    } else {
+        for (int i = threadIdx.x; i < TS_TABLE_BYTES / 16; i += threads)
+            ts_copy16(&ts_tab[4 * i], &ts_table.e[4 * i], 16);
+    }
 }
 
 // THE ESCAPE RANGES of a warp's DF11 sub-steps, 32 at a time: lane L holds chunk_escapes[c], [c + 1] of the warp's

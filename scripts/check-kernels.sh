@@ -33,6 +33,9 @@ for flag in TS_NO_DECODE TS_NO_DRAM; do
   nvcc --ptx -O3 -std=c++17 -D$flag -arch=compute_90 -o "$out/df11_tc_stream_$flag.ptx" kernels/df11_tc_stream.cu
   echo "ok: kernels/df11_tc_stream.cu -D$flag (compute_90)"
 done
+# The host check that the streaming kernels' two decodes agree on every code word (kernels/harness/escape_bits_check.cu).
+nvcc -O2 -std=c++17 -o "$out/escape_bits_check" kernels/harness/escape_bits_check.cu
+"$out/escape_bits_check"
 # The tensor-core identity harness (wgmma: sm_90a machine code, so ptxas checks the asm too).
 # (ptxas notes where it adds warpgroup.arrive for the register operands: information, not a fault.)
 nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o "$out/mma_identity" kernels/harness/mma_identity.cu \

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "../df11_tc_wg.cuh"
-#ifdef SS_TS_DECODE
+#if defined(SS_TS_DECODE) || defined(SS_HYBRID_DECODE)
 #include "../df11_escape_table.cuh"
 #endif
 
@@ -249,16 +249,18 @@ __device__ __forceinline__ void ss_decode(const SsIn& in, const SsArgs& a, const
     }
 }
 
-#ifdef SS_TS_DECODE
-// SS_TS_DECODE: the streaming kernels' decode (df11_escape_table.cuh): four codes with their escapes -> four exponents
-// by two lookups of the member-independent escape table (ts_tab, in shared memory) and two byte permutes, joined to
-// their sign_mantissa bytes with the exponents kept rotated (fg_fuse4_rot). t0r, t1r: the member's table, rotated.
+// Eight escape bytes from list index `at`, read from global memory (the slow path of a lane with more than 8).
 __device__ __forceinline__ unsigned long long ss_fetch8(const SsArgs& a, uint32_t at) {
     const uint32_t* words = reinterpret_cast<const uint32_t*>(a.escapes);
     const uint32_t w = min(at >> 2, a.n_escapes / 4 - 3), sh = 8 * (at & 3);
     const uint32_t w0 = __ldg(words + w), w1 = __ldg(words + w + 1), w2 = __ldg(words + w + 2);
     return ((unsigned long long)__funnelshift_r(w1, w2, sh) << 32) | __funnelshift_r(w0, w1, sh);
 }
+
+#ifdef SS_TS_DECODE
+// SS_TS_DECODE: the streaming kernels' decode (df11_escape_table.cuh): four codes with their escapes -> four exponents
+// by two lookups of the member-independent escape table (ts_tab, in shared memory) and two byte permutes, joined to
+// their sign_mantissa bytes with the exponents kept rotated (fg_fuse4_rot). t0r, t1r: the member's table, rotated.
 template <bool SLOW>
 __device__ __forceinline__ void ss_passes_ts(const SsIn& in, const SsArgs& a, uint32_t t0r, uint32_t t1r,
                                              uint16_t* dst, uint32_t lane) {
@@ -295,3 +297,37 @@ __device__ __forceinline__ void ss_decode_ts(const SsIn& in, const SsArgs& a, ui
 }
 #endif
 
+
+#ifdef SS_HYBRID_DECODE
+// SS_HYBRID_DECODE: the streaming kernels' decode above 8 rows (ts_decode8_bits, df11_escape_table.cuh): the exponents
+// by two byte permutes of the member's table with the codes spread into nibbles, the escapes by a byte permute of the
+// lane's held escapes whose selector comes from the 1024-word table ts_bits, indexed by the four codes' escape bits.
+template <bool SLOW>
+__device__ __forceinline__ void ss_passes_bits(const SsIn& in, const SsArgs& a, uint32_t t0r, uint32_t t1r,
+                                               uint16_t* dst, uint32_t lane) {
+    unsigned long long held = fg_rot64((unsigned long long)in.e_hi << 32 | in.e_lo);
+    uint32_t cursor = in.esc;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        if (SLOW) held = fg_rot64(ss_fetch8(a, cursor));
+        uint32_t elo, ehi, w[4];
+        const uint32_t used = ts_decode8_bits(in.c24[i], t0r, t1r, held, elo, ehi);
+        if (SLOW) cursor += used;
+        fg_fuse4_rot(in.s[i].x, elo, w[0], w[1]);
+        fg_fuse4_rot(in.s[i].y, ehi, w[2], w[3]);
+        *reinterpret_cast<uint4*>(dst + 256 * i + 8 * lane) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+__device__ __forceinline__ void ss_decode_bits(const SsIn& in, const SsArgs& a, uint32_t t0r, uint32_t t1r,
+                                               uint16_t* dst, uint32_t lane) {
+#ifdef SS_START_AHEAD
+    const uint32_t n_esc = in.cnt;
+#else
+    uint32_t n_esc = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) n_esc += __popc(in.c24[i] & (in.c24[i] >> 1) & (in.c24[i] >> 2) & 0x249249u);
+#endif
+    if (__all_sync(0xffffffffu, n_esc <= 8 && in.in_window)) ss_passes_bits<false>(in, a, t0r, t1r, dst, lane);
+    else ss_passes_bits<true>(in, a, t0r, t1r, dst, lane);
+}
+#endif

@@ -15,7 +15,8 @@
 //
 // VARIANTS (-D..., for measurements): SS_STAGES (default 4; a power of two: 6 hung on an H200, not investigated),
 // SS_CTAS (CTAs an SM, default 1; 2 with SS_PRODUCER_REGS=56 for the 16-64-row tiles), SS_PRODUCER_REGS (96),
-// SS_TS_DECODE (the streaming kernels' decode through their 16 KB escape table instead), SS_WARP_SCAN (a lane's
+// SS_TS_DECODE (the streaming kernels' decode through their 16 KB escape table instead), SS_HYBRID_DECODE (their
+// decode above 8 rows: the exponents by byte permutes, the escapes through a table indexed by their bits), SS_WARP_SCAN (a lane's
 // escapes found by a warp scan of the codes' counts instead of the lane-start table), SS_START_AHEAD (where a lane's
 // escapes start, and how many, loaded a chunk ahead: with SS_TS_DECODE), SS_SERIAL_WINDOW (the window
 // shifted pass by pass), SS_PREFETCH (a warp's next inputs loaded before its decode), SS_STAGED (inputs through a
@@ -23,8 +24,8 @@
 // diagnostics SS_NO_DECODE, SS_NO_ESCAPES, SS_DECODE_TWICE, SS_NO_FENCE (wrong weights, a race, or the decode twice).
 //
 // STATUS (docs/PERFORMANCE.md, "A decoding producer for a wgmma GEMM"): DF11 == twin at every shape. At 16-64 rows
-// (split K, two CTAs an SM) the twin runs at 0.74-0.93x cuBLAS and DF11 at 0.51-0.59x (16-32 rows: 1.5-1.7x faster
-// than decode + cuBLAS, still below BF16); at 128-4096 rows DF11 is below decode + cuBLAS. Not in the library.
+// (split K, two CTAs an SM, SS_HYBRID_DECODE) the twin runs at 0.74-0.93x cuBLAS and DF11 at 0.58-0.66x (1.6-1.9x
+// faster than decode + cuBLAS, still below BF16); at 128-4096 rows DF11 is below decode + cuBLAS. Not in the library.
 //
 // LAYOUT (both operands, no swizzle, K-major core matrices: 8 rows x 16 bytes): element (row, k) of a ROWS x 64 block
 // is at slab(k / 16) * ROWS * 16 + (row / 8) * 128 + ((k % 16) / 8) * 64 + (row % 8) * 8 + k % 8; descriptors with
@@ -109,7 +110,7 @@ __device__ __forceinline__ void ss_mma<128>(float (&d)[64], uint64_t ad, uint64_
 // The shared memory a launch of ss_gemm<RT> takes.
 constexpr size_t ss_smem_bytes(int RT, int PW) {
     return (size_t)SS_STAGES * (SS_BM + RT) * SS_BK * 2 + 2 * SS_STAGES * 8
-#ifndef SS_TS_DECODE   // (its table is a static array, ts_tab)
+#if !defined(SS_TS_DECODE) && !defined(SS_HYBRID_DECODE)   // (theirs are static arrays: ts_tab, ts_bits)
            + 256 * 16
 #endif
 #ifdef SS_STAGED
@@ -145,6 +146,10 @@ __global__ void __launch_bounds__(128 * (PW + 2), SS_CTAS) ss_gemm(const SsArgs 
 #ifdef SS_TS_DECODE
     if (DF11)
         for (int i = threadIdx.x; i < 4096 + 16; i += blockDim.x) ts_tab[i] = ts_table.e[i];
+    const uint32_t t0r = fg_rot(a.t0), t1r = fg_rot(a.t1);
+#elif defined(SS_HYBRID_DECODE)
+    if (DF11)
+        for (int i = threadIdx.x; i < 1024; i += blockDim.x) ts_bits[i] = ts_bits_table.e[i];
     const uint32_t t0r = fg_rot(a.t0), t1r = fg_rot(a.t1);
 #else
     if (DF11) ss_escape_table(esc_table, threadIdx.x, blockDim.x);
@@ -280,6 +285,8 @@ __global__ void __launch_bounds__(128 * (PW + 2), SS_CTAS) ss_gemm(const SsArgs 
 #endif
 #ifdef SS_TS_DECODE
                 ss_decode_ts(in, a, t0r, t1r, reinterpret_cast<uint16_t*>(sw) + 2048 * warp, lane);
+#elif defined(SS_HYBRID_DECODE)
+                ss_decode_bits(in, a, t0r, t1r, reinterpret_cast<uint16_t*>(sw) + 2048 * warp, lane);
 #else
                 ss_decode(in, a, esc_table, reinterpret_cast<uint16_t*>(sw) + 2048 * warp, lane);
 #endif
