@@ -1,7 +1,7 @@
 // THE DECODING PRODUCER of kernels/harness/ss_kernel.cuh (a measurement harness): a producer warp's inputs for one
-// chunk of the packed form (loaded from global memory, through a cp.async ring, or with a warp scan in place of the
-// lane starts), and their decode into the chunk's 2048 BF16 in the kernel's block layout (two byte_perm lookups and an
-// escape-mask table a pass, or the streaming kernels' escape table). SsArgs, the launch's arguments, lives here too.
+// chunk of the packed form, and their decode into the chunk's 2048 BF16 in the kernel's block layout (two byte_perm
+// lookups and an escape-mask table a pass; or the streaming kernels' decodes, by their escape table or by escape bits).
+// SsArgs, the launch's arguments, lives here too.
 // Written for this project.
 #pragma once
 #include <cstdint>
@@ -60,105 +60,6 @@ __device__ __forceinline__ void ss_load(SsIn& in, const SsArgs& a, uint32_t q, u
     in.in_window = true;
 }
 
-// SS_STAGED: a producer warp's inputs come through a ring of SS_RAW shared-memory slots filled by cp.async a few of its
-// stages ahead (no register or load latency held across the decode): a slot holds a chunk's codes (768 bytes), its
-// sign_mantissa (2048), lane starts (32) and a 128-byte window of its escapes from the 16-byte unit holding the
-// chunk's first escape (units past the buffer zero-filled).
-#ifndef SS_RAW
-#define SS_RAW 3
-#endif
-constexpr int SS_RAW_BYTES = 768 + 2048 + 32 + 128;
-
-__device__ __forceinline__ void ss_cp16(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(wg_smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void ss_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void ss_cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Queues chunk q's inputs into slot (esc0: the chunk's first escape).
-__device__ __forceinline__ void ss_stage_chunk(uint8_t* slot, const SsArgs& a, uint32_t q, uint32_t esc0,
-                                               uint32_t lane) {
-    const uint32_t eb = esc0 & ~15u;
-    for (uint32_t u = lane; u < SS_RAW_BYTES / 16; u += 32) {
-        const uint8_t* src;
-        bool valid = true;
-        if (u < 48) src = reinterpret_cast<const uint8_t*>(a.codes) + 768ull * q + 16 * u;
-        else if (u < 176) src = a.sm + 2048ull * q + 16 * (u - 48);
-        else if (u < 178) src = a.lane_starts + 32ull * q + 16 * (u - 176);
-        else {
-            const uint32_t off = eb + 16 * (u - 178);
-            valid = off + 16 <= a.n_escapes;
-            src = a.escapes + (valid ? off : 0);
-        }
-        ss_cp16(slot + 16 * u, src, valid);
-    }
-}
-
-// A lane's inputs for a chunk from its slot (ss_load's, from shared memory); esc0 as staged.
-__device__ __forceinline__ void ss_load_staged(SsIn& in, const uint8_t* slot, const SsArgs& a, uint32_t esc0,
-                                               uint32_t lane) {
-    const uint32_t* codes = reinterpret_cast<const uint32_t*>(slot);
-    const uint32_t sh = (24u * lane) & 31u, w0 = (24u * lane) >> 5;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        in.c24[i] = __funnelshift_r(codes[w0 + 24 * i], codes[w0 + 24 * i + 1], sh);
-        in.s[i] = *reinterpret_cast<const uint2*>(slot + 768 + 256 * i + 8 * lane);
-    }
-    const uint32_t esc = esc0 + slot[768 + 2048 + lane], off = esc - (esc0 & ~15u);
-    in.esc = esc;
-    if (off <= 116) {   // three words of the window hold the lane's first eight escapes
-        const uint32_t* ew = reinterpret_cast<const uint32_t*>(slot + 768 + 2048 + 32) + (off >> 2);
-        const uint32_t b = 8u * (off & 3u);
-        in.e_lo = __funnelshift_r(ew[0], ew[1], b);
-        in.e_hi = __funnelshift_r(ew[1], ew[2], b);
-        in.in_window = true;
-    } else {
-        in.in_window = false;
-    }
-}
-
-// SS_WARP_SCAN: a lane's escapes found without the lane-start table. The warp loads the 128 bytes of the escape list
-// from its chunk's first escape (`ce`, chunk_escapes[q], loaded a chunk ahead) as one word a lane, with the codes and
-// sign_mantissa, so a chunk costs one memory latency instead of three (lane start, then window); once the codes are
-// in, each lane's start is ce plus an exclusive warp scan of the lanes' escape counts (the list is lane-major, so this
-// is what lane_starts holds), and its first eight escapes come from the warp's words by three shuffles.
-__device__ __forceinline__ void ss_load_scan(SsIn& in, uint32_t& win, const SsArgs& a, uint32_t q, uint32_t lane,
-                                             uint32_t ce) {
-    const uint32_t sh = (24u * lane) & 31u, w0 = 192u * q + ((24u * lane) >> 5);
-    const uint8_t* smp = a.sm + 2048ull * q + 8 * lane;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        in.c24[i] = __funnelshift_r(__ldg(a.codes + w0 + 24 * i), __ldg(a.codes + w0 + 24 * i + 1), sh);
-        in.s[i] = __ldg(reinterpret_cast<const uint2*>(smp + 256 * i));
-    }
-    win = __ldg(reinterpret_cast<const uint32_t*>(a.escapes) + min((ce >> 2) + lane, a.n_escapes / 4 - 1));
-}
-
-// The lane's escape start and window (SsIn's e_lo, e_hi, esc, in_window) from the warp's words (ss_load_scan).
-__device__ __forceinline__ void ss_scan_window(SsIn& in, uint32_t ce, uint32_t win, uint32_t lane) {
-    uint32_t n = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) n += __popc(in.c24[i] & (in.c24[i] >> 1) & (in.c24[i] >> 2) & 0x249249u);
-    uint32_t x = n;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        const uint32_t y = __shfl_up_sync(0xffffffffu, x, d);
-        if (lane >= (uint32_t)d) x += y;
-    }
-    in.esc = ce + x - n;
-    const uint32_t off = in.esc - (ce & ~3u), k = off >> 2, b = 8u * (off & 3u);
-    const uint32_t v0 = __shfl_sync(0xffffffffu, win, min(k, 31u));
-    const uint32_t v1 = __shfl_sync(0xffffffffu, win, min(k + 1, 31u));
-    const uint32_t v2 = __shfl_sync(0xffffffffu, win, min(k + 2, 31u));
-    in.e_lo = __funnelshift_r(v0, v1, b);
-    in.e_hi = __funnelshift_r(v1, v2, b);
-    in.in_window = k + 2 < 32;
-}
-
 // 8 codes of 3 bits (bits 0..23) spread into 8 nibbles: a byte_perm selector of 8 table bytes.
 __device__ __forceinline__ uint32_t ss_nibbles(uint32_t c) {
     c = (c & 0xfffu) | ((c & 0xfff000u) << 4);
@@ -208,7 +109,7 @@ __device__ __forceinline__ void ss_decode(const SsIn& in, const SsArgs& a, const
         n_esc += n_pass[i];
     }
     // Where each pass's escapes start in the window: from the codes' counts, so the passes do not wait on each other's
-    // table lookups (SS_SERIAL_WINDOW: the window shifted pass by pass by the table's count, a chain through all 8).
+    // table lookups (shifting the window pass by pass by the table's count chained all eight: 3-4% slower).
     uint32_t before = 0;
     uint64_t w = (uint64_t)in.e_hi << 32 | in.e_lo;
     uint32_t esc = in.esc;
@@ -225,13 +126,8 @@ __device__ __forceinline__ void ss_decode(const SsIn& in, const SsArgs& a, const
         m = (m | (m >> 12)) & 0xffu;
         if (window) {
             const uint4 t = esc_table[m];
-#ifdef SS_SERIAL_WINDOW
-            const uint32_t lo = (uint32_t)w, hi = (uint32_t)(w >> 32);
-            w = t.w >= 8 ? 0 : w >> (8 * t.w);
-#else
             const uint64_t wi = w >> (8 * min(before, 7u));   // before == 8: no escape left in this pass
             const uint32_t lo = (uint32_t)wi, hi = (uint32_t)(wi >> 32);
-#endif
             e_lo = (e_lo & ~t.y) | (__byte_perm(lo, hi, t.x & 0xffffu) & t.y);
             e_hi = (e_hi & ~t.z) | (__byte_perm(lo, hi, t.x >> 16) & t.z);
         } else {

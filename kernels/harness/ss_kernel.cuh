@@ -16,12 +16,13 @@
 // VARIANTS (-D..., for measurements): SS_STAGES (default 4; a power of two: 6 hung on an H200, not investigated),
 // SS_CTAS (CTAs an SM, default 1; 2 with SS_PRODUCER_REGS=56 for the 16-64-row tiles), SS_PRODUCER_REGS (96),
 // SS_TS_DECODE (the streaming kernels' decode through their 16 KB escape table instead), SS_HYBRID_DECODE (their
-// decode above 8 rows: the exponents by byte permutes, the escapes through a table indexed by their bits), SS_WARP_SCAN (a lane's
-// escapes found by a warp scan of the codes' counts instead of the lane-start table), SS_START_AHEAD (where a lane's
-// escapes start, and how many, loaded a chunk ahead: with SS_TS_DECODE), SS_SERIAL_WINDOW (the window
-// shifted pass by pass), SS_PREFETCH (a warp's next inputs loaded before its decode), SS_STAGED (inputs through a
-// shared-memory ring filled by cp.async, SS_RAW slots a warp; 3 stages at RT 256 for its shared memory), and the
-// diagnostics SS_NO_DECODE, SS_NO_ESCAPES, SS_DECODE_TWICE, SS_NO_FENCE (wrong weights, a race, or the decode twice).
+// decode above 8 rows: the exponents by byte permutes, the escapes through a table indexed by their bits),
+// SS_START_AHEAD (where a lane's escapes start, and how many, loaded a chunk ahead; with either of those two), and
+// the diagnostics SS_NO_DECODE, SS_NO_ESCAPES, SS_DECODE_TWICE, SS_NO_FENCE (wrong weights, a race, or the decode
+// twice). The best build measured at 16-64 rows: -DSS_CTAS=2 -DSS_PRODUCER_REGS=56 -DSS_HYBRID_DECODE
+// -DSS_START_AHEAD, run with --ctas 264. Variants measured and removed (figures in docs/PERFORMANCE.md): a warp's next
+// inputs loaded before its decode, inputs through a cp.async ring, a warp scan in place of the lane starts, the
+// escape window shifted pass by pass.
 //
 // STATUS (docs/PERFORMANCE.md, "A decoding producer for a wgmma GEMM"): DF11 == twin at every shape. At 16-64 rows
 // (split K, two CTAs an SM, SS_HYBRID_DECODE) the twin runs at 0.74-0.93x cuBLAS and DF11 at 0.58-0.66x (1.6-1.9x
@@ -113,9 +114,6 @@ constexpr size_t ss_smem_bytes(int RT, int PW) {
 #if !defined(SS_TS_DECODE) && !defined(SS_HYBRID_DECODE)   // (theirs are static arrays: ts_tab, ts_bits)
            + 256 * 16
 #endif
-#ifdef SS_STAGED
-           + (size_t)4 * PW * SS_RAW * SS_RAW_BYTES
-#endif
         ;
 }
 
@@ -170,38 +168,9 @@ __global__ void __launch_bounds__(128 * (PW + 2), SS_CTAS) ss_gemm(const SsArgs 
         if (PW > 1 && SS_PRODUCER_REGS <= ss_base_regs(PW)) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(SS_PRODUCER_REGS));
         if (PW > 1 && SS_PRODUCER_REGS > ss_base_regs(PW)) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(SS_PRODUCER_REGS));
 #endif
-        // DF11: the warp's chunk of stage kb is q; with SS_PREFETCH its inputs are loaded one of its stages ahead, and
-        // where its escapes start two.
+        // DF11: the warp's chunk of stage kb is q.
         const uint32_t q_step = 4u * PW;
         uint32_t q = 4u * ((uint32_t)tm * KB + kb0 + wg) + warp;
-#ifdef SS_PREFETCH
-        SsIn cur;
-        uint32_t esc_next = 0;
-        if (DF11 && wg < nk) {
-            ss_load(cur, a, q, lane, ss_escape_start(a, q, lane));
-            if (wg + PW < nk) esc_next = ss_escape_start(a, q + q_step, lane);
-        }
-#endif
-#ifdef SS_STAGED
-        // The warp's ring: its first SS_RAW stages queued now; where each slot's chunk's escapes start.
-        uint8_t* raw = reinterpret_cast<uint8_t*>(esc_table + 256) + (4 * wg + warp) * SS_RAW * SS_RAW_BYTES;
-        uint32_t esc_ring[SS_RAW], esc_fetch = 0;   // the escape starts of the slots' chunks, in stage order
-        if (DF11) {
-#pragma unroll
-            for (int t = 0; t < SS_RAW; ++t) {
-                esc_ring[t] = 0;
-                if (wg + t * PW < nk) {
-                    esc_ring[t] = __ldg(a.chunk_escapes + q + t * q_step);
-                    ss_stage_chunk(raw + t * SS_RAW_BYTES, a, q + t * q_step, esc_ring[t], lane);
-                }
-                ss_cp_commit();
-            }
-            if (wg + SS_RAW * PW < nk) esc_fetch = __ldg(a.chunk_escapes + q + SS_RAW * q_step);
-        }
-#endif
-#ifdef SS_WARP_SCAN
-        uint32_t ce_next = DF11 && wg < nk ? __ldg(a.chunk_escapes + q) : 0u;   // the next chunk's first escape
-#endif
 #ifdef SS_START_AHEAD
         // The next chunk's escape range and the lane's start in it, loaded a chunk ahead.
         uint32_t ce0_n = 0, ce1_n = 0, ls_n = 0;
@@ -213,42 +182,8 @@ __global__ void __launch_bounds__(128 * (PW + 2), SS_CTAS) ss_gemm(const SsArgs 
 #endif
         for (int j = wg; j < nk; j += PW, q += q_step) {
             const int kb = kb0 + j, s = j % SS_STAGES;
-#ifdef SS_PREFETCH
-            SsIn in = cur;
-            uint32_t esc_after = 0;
-            if (DF11) {
-                if (j + PW < nk) ss_load(cur, a, q + q_step, lane, esc_next);
-                if (j + 2 * PW < nk) esc_after = ss_escape_start(a, q + 2 * q_step, lane);
-                esc_next = esc_after;
-            }
-#elif defined(SS_STAGED)
             SsIn in;
-            if (DF11) {
-                const int t = (j - wg) / PW;
-                uint8_t* slot = raw + (t % SS_RAW) * SS_RAW_BYTES;
-                ss_cp_wait<SS_RAW - 1>();
-                __syncwarp();
-                ss_load_staged(in, slot, a, esc_ring[0], lane);
-                __syncwarp();
-                // Refill the slot for this warp's stage t + SS_RAW.
-                const int j_next = j + SS_RAW * PW;
-#pragma unroll
-                for (int r = 0; r + 1 < SS_RAW; ++r) esc_ring[r] = esc_ring[r + 1];
-                esc_ring[SS_RAW - 1] = esc_fetch;
-                if (j_next < nk) ss_stage_chunk(slot, a, q + SS_RAW * q_step, esc_fetch, lane);
-                ss_cp_commit();
-                if (j_next + PW < nk) esc_fetch = __ldg(a.chunk_escapes + q + (SS_RAW + 1) * q_step);
-            }
-#else
-            SsIn in;
-#ifdef SS_WARP_SCAN
-            uint32_t win = 0;
-            const uint32_t ce = ce_next;
-            if (DF11) {
-                ss_load_scan(in, win, a, q, lane, ce);
-                if (j + PW < nk) ce_next = __ldg(a.chunk_escapes + q + q_step);
-            }
-#elif defined(SS_START_AHEAD)
+#ifdef SS_START_AHEAD
             if (DF11) {
                 const uint32_t start = ce0_n + ls_n, next = __shfl_down_sync(0xffffffffu, start, 1);
                 ss_load(in, a, q, lane, start);
@@ -261,7 +196,6 @@ __global__ void __launch_bounds__(128 * (PW + 2), SS_CTAS) ss_gemm(const SsArgs 
             }
 #else
             if (DF11) ss_load(in, a, q, lane, ss_escape_start(a, q, lane));
-#endif
 #endif
             if (j >= SS_STAGES) wg_bar_wait(&empty[s], ((j / SS_STAGES) - 1) & 1);
             uint8_t* sw = smem + s * STAGE;
@@ -279,9 +213,6 @@ __global__ void __launch_bounds__(128 * (PW + 2), SS_CTAS) ss_gemm(const SsArgs 
                     for (int i = 0; i < 8; ++i) twice.c24[i] ^= z;
                     ss_decode(twice, a, esc_table, reinterpret_cast<uint16_t*>(sw) + 2048 * warp, lane);
                 }
-#endif
-#ifdef SS_WARP_SCAN
-                ss_scan_window(in, ce, win, lane);
 #endif
 #ifdef SS_TS_DECODE
                 ss_decode_ts(in, a, t0r, t1r, reinterpret_cast<uint16_t*>(sw) + 2048 * warp, lane);
