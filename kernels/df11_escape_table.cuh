@@ -91,7 +91,8 @@ __device__ __forceinline__ uint32_t ts_decode8(uint32_t v, uint32_t t0, uint32_t
 }
 
 // Eight codes of 3 bits (bits 0-23) spread into eight selector nibbles of the member's table (bit 3 of each clear).
-__device__ __forceinline__ uint32_t ts_nibbles(uint32_t c) {
+// (Host too: kernels/harness/escape_bits_check.cu checks it.)
+__host__ __device__ __forceinline__ uint32_t ts_nibbles(uint32_t c) {
     c = (c & 0xfffu) | ((c & 0xfff000u) << 4);
     c = (c & 0x003f003fu) | ((c & 0x0fc00fc0u) << 2);
     return (c & 0x07070707u) | ((c & 0x38383838u) << 1);

@@ -2,7 +2,7 @@
 // 3-bit codes (with other bits above them, random member tables mapping code 7 to exponent 0, random held escapes),
 // ts_decode8_bits's recipe (codes spread into nibbles, the escapes' selector from ts_bits_table) gives the exponents,
 // the held escapes left and the count consumed of ts_decode8's (ts_table's .x and .y). The tables are the header's
-// own constexpr tables; prmt and the two recipes are modelled here, as the device functions write them.
+// own constexpr tables and ts_nibbles; prmt and the two recipes are modelled here, as the device functions write them.
 //   nvcc -O2 -o escape_bits_check kernels/harness/escape_bits_check.cu && ./escape_bits_check   (no GPU; ~1 s)
 // Written for this project.
 #include <cstdint>
@@ -19,11 +19,6 @@ static uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel, bool& bad) {   // prm
         r |= (uint32_t)(bytes >> (8 * (s & 7u)) & 0xffu) << (8 * n);
     }
     return r;
-}
-static uint32_t nibbles(uint32_t c) {   // ts_nibbles
-    c = (c & 0xfffu) | ((c & 0xfff000u) << 4);
-    c = (c & 0x003f003fu) | ((c & 0x0fc00fc0u) << 2);
-    return (c & 0x07070707u) | ((c & 0x38383838u) << 1);
 }
 
 int main() {
@@ -48,7 +43,7 @@ int main() {
         const uint32_t used = ((ax >> 24) + (bx >> 24)) >> 3;
         // ts_decode8_bits
         uint64_t g = held;
-        const uint32_t sel = nibbles(v), esc = v & (v >> 1) & (v >> 2);
+        const uint32_t sel = ts_nibbles(v), esc = v & (v >> 1) & (v >> 2);
         const uint32_t ylo = bits.e[esc & 0x249u], yhi = bits.e[(esc >> 12) & 0x249u];
         const uint32_t lo2 = prmt(prmt(t0, t1, sel & 0xffffu, bad_selector), (uint32_t)g, ylo & 0xffffu, bad_selector);
         g >>= ylo >> 24;

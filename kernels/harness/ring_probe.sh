@@ -9,14 +9,7 @@ nvcc -O3 -std=c++17 -arch=sm_90 -Xptxas -v "$@" -o .gpu/ring/ring_probe kernels/
   | grep -E "error|warning|spill" | grep -v " 0 bytes spill" || true
 test -x .gpu/ring/ring_probe
 strip .gpu/ring/ring_probe
-cat > .gpu/ring/run.sh <<'EOS'
-set -uo pipefail
-HERE=$(cd "$(dirname "$0")" && pwd)
-if ldd "$HERE/ring_probe" | grep -q 'libcublas.*not found'; then
-  lib=$(find / -name 'libcublas.so.13' 2>/dev/null | head -1)
-  [ -n "$lib" ] || { echo "libcublas.so.13 not found on this machine" >&2; exit 2; }
-  export LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-"$HERE/ring_probe" "$@"
-EOS
+# shellcheck disable=SC1091
+. kernels/harness/probe_run.sh
+write_cublas_run .gpu/ring 'ring_probe'
 ls -la .gpu/ring

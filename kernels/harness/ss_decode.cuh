@@ -6,10 +6,8 @@
 #pragma once
 #include <cstdint>
 
-#include "../df11_tc_wg.cuh"
-#if defined(SS_TS_DECODE) || defined(SS_HYBRID_DECODE)
 #include "../df11_escape_table.cuh"
-#endif
+#include "../df11_tc_wg.cuh"
 
 // The packed form of every weight block (DF11) or the weight blocks as BF16 (twin), x's blocks, y.
 struct SsArgs {
@@ -61,13 +59,6 @@ __device__ __forceinline__ void ss_load(SsIn& in, const SsArgs& a, uint32_t q, u
     in.in_window = true;
 }
 
-// 8 codes of 3 bits (bits 0..23) spread into 8 nibbles: a byte_perm selector of 8 table bytes.
-__device__ __forceinline__ uint32_t ss_nibbles(uint32_t c) {
-    c = (c & 0xfffu) | ((c & 0xfff000u) << 4);
-    c = (c & 0x003f003fu) | ((c & 0x0fc00fc0u) << 2);
-    return (c & 0x07070707u) | ((c & 0x38383838u) << 1);
-}
-
 // Four BF16 from four sign_mantissa bytes s and four exponent bytes e: (s & 0x80) << 8 | e << 7 | (s & 0x7f) each.
 __device__ __forceinline__ uint2 ss_join(uint32_t s, uint32_t e) {
     const uint32_t hi = (s & 0x80808080u) | ((e >> 1) & 0x7f7f7f7fu);
@@ -117,7 +108,7 @@ __device__ __forceinline__ void ss_decode(const SsIn& in, const SsArgs& a, const
     const bool window = n_esc <= 8 && in.in_window;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-        const uint32_t c = in.c24[i] & 0xffffffu, sel = ss_nibbles(c);
+        const uint32_t c = in.c24[i] & 0xffffffu, sel = ts_nibbles(c);
         uint32_t e_lo = __byte_perm(a.t0, a.t1, sel & 0xffffu), e_hi = __byte_perm(a.t0, a.t1, sel >> 16);
 #ifndef SS_NO_ESCAPES
         // Escaped elements: nibbles 0111, gathered into an 8-bit mask.
@@ -154,25 +145,32 @@ __device__ __forceinline__ unsigned long long ss_fetch8(const SsArgs& a, uint32_
     return ((unsigned long long)__funnelshift_r(w1, w2, sh) << 32) | __funnelshift_r(w0, w1, sh);
 }
 
-#ifdef SS_TS_DECODE
-// SS_TS_DECODE: the streaming kernels' decode (df11_escape_table.cuh): four codes with their escapes -> four exponents
-// by two lookups of the member-independent escape table (ts_tab, in shared memory) and two byte permutes, joined to
-// their sign_mantissa bytes with the exponents kept rotated (fg_fuse4_rot). t0r, t1r: the member's table, rotated.
-template <bool SLOW>
-__device__ __forceinline__ void ss_passes_ts(const SsIn& in, const SsArgs& a, uint32_t t0r, uint32_t t1r,
-                                             uint16_t* dst, uint32_t lane) {
+#if defined(SS_TS_DECODE) || defined(SS_HYBRID_DECODE)
+// The streaming kernels' decodes (df11_escape_table.cuh), joined to their sign_mantissa bytes with the exponents kept
+// rotated (fg_fuse4_rot; t0r, t1r: the member's table, rotated). SS_TS_DECODE: ts_decode8, four codes with their
+// escapes by two lookups of the 16 KB escape table (ts_tab). SS_HYBRID_DECODE (BITS): ts_decode8_bits, the exponents
+// by byte permutes of the codes spread into nibbles, the escapes' selector from the 1024-word ts_bits by their bits.
+#ifdef SS_HYBRID_DECODE
+constexpr bool SS_BITS = true;
+#else
+constexpr bool SS_BITS = false;
+#endif
+template <bool SLOW, bool BITS>
+__device__ __forceinline__ void ss_passes_table(const SsIn& in, const SsArgs& a, uint32_t t0r, uint32_t t1r,
+                                                uint16_t* dst, uint32_t lane) {
     unsigned long long held = fg_rot64((unsigned long long)in.e_hi << 32 | in.e_lo);
     uint32_t cursor = in.esc;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
         if (SLOW) held = fg_rot64(ss_fetch8(a, cursor));
         uint32_t elo, ehi, w[4];
-#ifdef SS_NO_ESCAPES   // diagnostic (wrong weights): the exponents by the table's .x alone
+#ifdef SS_NO_ESCAPES   // diagnostic (wrong weights; with SS_TS_DECODE): the exponents by the table's .x alone
         const uint32_t v = in.c24[i] & 0xffffffu, used = 0;
         elo = ts_prmt(t0r, t1r, ts_tab[v & 0xfffu]);
         ehi = ts_prmt(t0r, t1r, ts_tab[v >> 12]);
 #else
-        const uint32_t used = ts_decode8(in.c24[i] & 0xffffffu, t0r, t1r, held, elo, ehi);
+        const uint32_t used = BITS ? ts_decode8_bits(in.c24[i], t0r, t1r, held, elo, ehi)
+                                   : ts_decode8(in.c24[i] & 0xffffffu, t0r, t1r, held, elo, ehi);
 #endif
         if (SLOW) cursor += used;
         fg_fuse4_rot(in.s[i].x, elo, w[0], w[1]);
@@ -180,8 +178,8 @@ __device__ __forceinline__ void ss_passes_ts(const SsIn& in, const SsArgs& a, ui
         *reinterpret_cast<uint4*>(dst + 256 * i + 8 * lane) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }
-__device__ __forceinline__ void ss_decode_ts(const SsIn& in, const SsArgs& a, uint32_t t0r, uint32_t t1r,
-                                             uint16_t* dst, uint32_t lane) {
+__device__ __forceinline__ void ss_decode_table(const SsIn& in, const SsArgs& a, uint32_t t0r, uint32_t t1r,
+                                                uint16_t* dst, uint32_t lane) {
 #ifdef SS_START_AHEAD
     const uint32_t n_esc = in.cnt;
 #else
@@ -189,42 +187,7 @@ __device__ __forceinline__ void ss_decode_ts(const SsIn& in, const SsArgs& a, ui
 #pragma unroll
     for (int i = 0; i < 8; ++i) n_esc += __popc(in.c24[i] & (in.c24[i] >> 1) & (in.c24[i] >> 2) & 0x249249u);
 #endif
-    if (__all_sync(0xffffffffu, n_esc <= 8 && in.in_window)) ss_passes_ts<false>(in, a, t0r, t1r, dst, lane);
-    else ss_passes_ts<true>(in, a, t0r, t1r, dst, lane);
-}
-#endif
-
-
-#ifdef SS_HYBRID_DECODE
-// SS_HYBRID_DECODE: the streaming kernels' decode above 8 rows (ts_decode8_bits, df11_escape_table.cuh): the exponents
-// by two byte permutes of the member's table with the codes spread into nibbles, the escapes by a byte permute of the
-// lane's held escapes whose selector comes from the 1024-word table ts_bits, indexed by the four codes' escape bits.
-template <bool SLOW>
-__device__ __forceinline__ void ss_passes_bits(const SsIn& in, const SsArgs& a, uint32_t t0r, uint32_t t1r,
-                                               uint16_t* dst, uint32_t lane) {
-    unsigned long long held = fg_rot64((unsigned long long)in.e_hi << 32 | in.e_lo);
-    uint32_t cursor = in.esc;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        if (SLOW) held = fg_rot64(ss_fetch8(a, cursor));
-        uint32_t elo, ehi, w[4];
-        const uint32_t used = ts_decode8_bits(in.c24[i], t0r, t1r, held, elo, ehi);
-        if (SLOW) cursor += used;
-        fg_fuse4_rot(in.s[i].x, elo, w[0], w[1]);
-        fg_fuse4_rot(in.s[i].y, ehi, w[2], w[3]);
-        *reinterpret_cast<uint4*>(dst + 256 * i + 8 * lane) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
-}
-__device__ __forceinline__ void ss_decode_bits(const SsIn& in, const SsArgs& a, uint32_t t0r, uint32_t t1r,
-                                               uint16_t* dst, uint32_t lane) {
-#ifdef SS_START_AHEAD
-    const uint32_t n_esc = in.cnt;
-#else
-    uint32_t n_esc = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) n_esc += __popc(in.c24[i] & (in.c24[i] >> 1) & (in.c24[i] >> 2) & 0x249249u);
-#endif
-    if (__all_sync(0xffffffffu, n_esc <= 8 && in.in_window)) ss_passes_bits<false>(in, a, t0r, t1r, dst, lane);
-    else ss_passes_bits<true>(in, a, t0r, t1r, dst, lane);
+    if (__all_sync(0xffffffffu, n_esc <= 8 && in.in_window)) ss_passes_table<false, SS_BITS>(in, a, t0r, t1r, dst, lane);
+    else ss_passes_table<true, SS_BITS>(in, a, t0r, t1r, dst, lane);
 }
 #endif

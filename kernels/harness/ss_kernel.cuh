@@ -20,7 +20,8 @@
 // SS_START_AHEAD (where a lane's escapes start, and how many, loaded a chunk ahead; with either of those two), and
 // the diagnostics SS_NO_DECODE, SS_NO_ESCAPES, SS_DECODE_TWICE, SS_NO_FENCE (wrong weights, a race, or the decode
 // twice). Written, not yet run on a GPU: SS_TMA_X (x's blocks by TMA from x itself, no arranging launch) and
-// SS_FUSED_REDUCE (the splits added by the tile's last CTA, no second launch): the twin's two extra launches a product. The best build measured at 16-64 rows: -DSS_CTAS=2 -DSS_PRODUCER_REGS=56 -DSS_HYBRID_DECODE
+// SS_FUSED_REDUCE (the splits added by the tile's last CTA, no second launch): the twin's two extra launches a
+// product. The best build measured at 16-64 rows: -DSS_CTAS=2 -DSS_PRODUCER_REGS=56 -DSS_HYBRID_DECODE
 // -DSS_START_AHEAD, run with --ctas 264. Variants measured and removed (figures in docs/PERFORMANCE.md): a warp's next
 // inputs loaded before its decode, inputs through a cp.async ring, a warp scan in place of the lane starts, the
 // escape window shifted pass by pass.
@@ -250,10 +251,8 @@ __global__ void __launch_bounds__(128 * (PW + 2), SS_CTAS) ss_gemm(const SsArgs 
                     ss_decode(twice, a, esc_table, reinterpret_cast<uint16_t*>(sw) + 2048 * warp, lane);
                 }
 #endif
-#ifdef SS_TS_DECODE
-                ss_decode_ts(in, a, t0r, t1r, reinterpret_cast<uint16_t*>(sw) + 2048 * warp, lane);
-#elif defined(SS_HYBRID_DECODE)
-                ss_decode_bits(in, a, t0r, t1r, reinterpret_cast<uint16_t*>(sw) + 2048 * warp, lane);
+#if defined(SS_TS_DECODE) || defined(SS_HYBRID_DECODE)
+                ss_decode_table(in, a, t0r, t1r, reinterpret_cast<uint16_t*>(sw) + 2048 * warp, lane);
 #else
                 ss_decode(in, a, esc_table, reinterpret_cast<uint16_t*>(sw) + 2048 * warp, lane);
 #endif

@@ -9,14 +9,8 @@ nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v "$@" -o .gp
   | grep -E "error|warning|spill" | grep -v " 0 bytes spill" || true
 test -x .gpu/ss/${SS_BIN:-ss_probe}
 strip .gpu/ss/${SS_BIN:-ss_probe}
-cat > .gpu/ss/run.sh <<'EOS'
-set -uo pipefail
-HERE=$(cd "$(dirname "$0")" && pwd)
-if ldd "$HERE/${SS_BIN:-ss_probe}" | grep -q 'libcublas.*not found'; then
-  lib=$(find / -name 'libcublas.so.13' 2>/dev/null | head -1)
-  [ -n "$lib" ] || { echo "libcublas.so.13 not found on this machine" >&2; exit 2; }
-  export LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-"$HERE/${SS_BIN:-ss_probe}" "$@"
-EOS
+# shellcheck disable=SC1091
+. kernels/harness/probe_run.sh
+# shellcheck disable=SC2016
+write_cublas_run .gpu/ss '${SS_BIN:-ss_probe}'
 ls -la .gpu/ss

@@ -9,14 +9,8 @@ nvcc -O3 -std=c++17 -arch=sm_90 -Xptxas -v "$@" -o "${TALL_OUT:-.gpu/tall/tall_p
   | grep -E "error|warning|registers|spill|tall_" || true
 test -x "${TALL_OUT:-.gpu/tall/tall_probe}"
 strip "${TALL_OUT:-.gpu/tall/tall_probe}"
-cat > .gpu/tall/run.sh <<'EOS'
-set -uo pipefail
-HERE=$(cd "$(dirname "$0")" && pwd)
-if ldd "$HERE/${TALL_BIN:-tall_probe}" | grep -q 'libcublas.*not found'; then
-  lib=$(find / -name 'libcublas.so.13' 2>/dev/null | head -1)
-  [ -n "$lib" ] || { echo "libcublas.so.13 not found on this machine" >&2; exit 2; }
-  export LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-"$HERE/${TALL_BIN:-tall_probe}" "$@"
-EOS
+# shellcheck disable=SC1091
+. kernels/harness/probe_run.sh
+# shellcheck disable=SC2016
+write_cublas_run .gpu/tall '${TALL_BIN:-tall_probe}'
 ls -la .gpu/tall
