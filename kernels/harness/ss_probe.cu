@@ -80,6 +80,16 @@ static CUtensorMap x_map(const uint16_t* x, int R, int K, int RT) {
 // Diagnostics of the timed layer (the checks run without them): x's blocks left as the check arranged them
 // (--no-arrange), the splits' sums not added (--no-reduce: y not written).
 static bool g_skip_arrange = false, g_skip_reduce = false, g_diag_arrange = false, g_diag_reduce = false;
+#ifdef SS_TMA_X
+constexpr bool kTmaX = true;
+#else
+constexpr bool kTmaX = false;
+#endif
+#ifdef SS_FUSED_REDUCE
+constexpr bool kFusedReduce = true;
+#else
+constexpr bool kFusedReduce = false;
+#endif
 static int splits_for(int R, int RT, int N, int K) {
     const int tiles = ((R + RT - 1) / RT) * (N / SS_BM), KB = K / SS_BK;
     int s = (g_target_ctas + tiles - 1) / tiles;
@@ -91,12 +101,8 @@ template <int RT, int PW>
 static void launch(const Prod& p, const uint16_t* x, int R, bool df11, cudaStream_t st) {
     const int K = p.m->cols, N = p.m->rows;
     const size_t units = (size_t)((R + RT - 1) / RT) * (K / SS_BK) * RT * 8;
-#ifndef SS_TMA_X
-    if (!g_skip_arrange) ss_x_blocks<RT><<<(int)std::min<size_t>((units + 255) / 256, 4096), 256, 0, st>>>(x, p.xb, R, K);
-#else
-    (void)units;
-    if (g_skip_arrange) {}   // (TMA brings x: no arranging launch)
-#endif
+    if (!kTmaX && !g_skip_arrange)   // (with SS_TMA_X the kernel brings x itself)
+        ss_x_blocks<RT><<<(int)std::min<size_t>((units + 255) / 256, 4096), 256, 0, st>>>(x, p.xb, R, K);
     uint16_t* y = df11 ? p.y_df11 : p.y_twin;
     SsArgs a = {p.wb, p.m->codes, p.m->chunk_escapes, p.m->lane_starts, p.m->escapes, p.m->n_escapes, p.m->sm,
                 p.m->t0, p.m->t1,
@@ -107,11 +113,7 @@ static void launch(const Prod& p, const uint16_t* x, int R, bool df11, cudaStrea
         ss_gemm<RT, true, PW><<<grid, 128 * (PW + 2), ss_smem_bytes(RT, PW), st>>>(a SS_XMAP_ARG);
     else
         ss_gemm<RT, false, PW><<<grid, 128 * (PW + 2), ss_smem_bytes(RT, PW), st>>>(a SS_XMAP_ARG);
-#ifdef SS_FUSED_REDUCE
-    if (S > 1 && g_skip_reduce && false) {   // (the kernel adds the splits: no reducing launch)
-#else
-    if (S > 1 && !g_skip_reduce) {
-#endif
+    if (S > 1 && !kFusedReduce && !g_skip_reduce) {   // (with SS_FUSED_REDUCE the kernel adds the splits)
         const size_t n = (size_t)R * N;
         ss_reduce<<<(int)std::min<size_t>((n / 4 + 255) / 256, 2048), 256, 0, st>>>(g_ws, y, n, S);
     }
