@@ -26,8 +26,10 @@ export out
 printf '%s\n' kernels/*.cu | xargs -P "$(nproc)" -n 1 bash -c 'ptx_all "$1"' _
 # The warpgroup product kernels as the build makes them for CUDA_COMPUTE_CAP=90 (wgmma, mbarriers, bulk copies:
 # sm_90a machine code, so ptxas checks the asm too).
-nvcc --cubin -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o "$out/df11_tc_wg_90a.cubin" kernels/df11_tc_wg.cu
-echo "ok: kernels/df11_tc_wg.cu (sm_90a)"
+for k in df11_tc_wg df11_ws_gemm; do
+  nvcc --cubin -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o "$out/${k}_90a.cubin" "kernels/$k.cu"
+  echo "ok: kernels/$k.cu (sm_90a)"
+done
 # The streaming kernels' measurement builds (docs/PERFORMANCE.md: their floors), so that they keep compiling.
 for flag in TS_NO_DECODE TS_NO_DRAM; do
   nvcc --ptx -O3 -std=c++17 -D$flag -arch=compute_90 -o "$out/df11_tc_stream_$flag.ptx" kernels/df11_tc_stream.cu
@@ -46,8 +48,10 @@ for h in tall_probe decode_probe ring_probe; do
   nvcc -c -O3 -std=c++17 -arch=sm_90 -o "$out/$h.o" "kernels/harness/$h.cu"
   echo "ok: kernels/harness/$h.cu (sm_90)"
 done
-nvcc -c -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o "$out/ss_probe.o" kernels/harness/ss_probe.cu
-echo "ok: kernels/harness/ss_probe.cu (sm_90a)"
+for h in ss_probe ws_probe; do
+  nvcc -c -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o "$out/$h.o" "kernels/harness/$h.cu"
+  echo "ok: kernels/harness/$h.cu (sm_90a)"
+done
 
 # Run the kernel's own decode functions on the CPU (the harness's emulation mode) over every
 # fixture unit and the real Qwen3-4B slice: bit-exact against the originals, status word clear.

@@ -1,0 +1,367 @@
+// WARP-SPECIALIZED products (Hopper, sm_90a): df11_ws_gemm_{16,32,64} (DF11, a member, or stacked members, in the TILE
+// ORDER with whole 2048-element chunks, as the streaming kernels take them) and bf16_ws_gemm_{16,32,64}, their BF16
+// twin, for 9 to 64 rows of x. Both are one kernel whose consumers read the same shared-memory bytes in the same order,
+// so DF11 == twin bit for bit. (They do not follow THE TC SUMMATION CONTRACT of df11_tc.cu: a plan that takes them
+// takes them for both formats.) Written for this project.
+//
+// y [nb, rows] = x [nb, cols] w [rows, cols]^T. A CTA computes a 128 x RT tile of y^T: 128 weight rows (tile tm =
+// blockIdx.y, the wgmma M side, A from shared memory: two consumer warpgroups of 64 rows) by RT rows of x (tile tn =
+// blockIdx.x, the wgmma N side, B from shared memory: x's rows past nb are zeros), over its split of K (blockIdx.z of
+// gridDim.z: more than one, each split's fp32 sums go to `partial` and the tile's last split to land adds them in split
+// order, so the bits do not depend on which split lands last).
+//
+// STAGES. K is walked in stages of 64 columns through a ring of WS_STAGES shared-memory slots (A: 128 x 64, B: RT x 64,
+// both K-major with the 128-byte swizzle TMA writes and wgmma reads). The stage order follows the tile order: GROUP
+// (k, j) of a 2048-column chunk k holds the DF11 sub-steps m = 2 j and 2 j + 1 of each of the tile's 16 row groups,
+// whose pass i (the 32 columns 2048 k + 256 i + 32 m .. + 31 of 8 rows) is what stage (k, j, i) needs: stage (k, j, i)
+// covers columns 2048 k + 256 i + 64 j .. + 63, and a split is a run of whole groups.
+//
+// PRODUCERS (two warpgroups; setmaxnreg gives the consumers the registers). Thread 0 brings a stage's x (and, for the
+// twin, its weights) by TMA from the row-major tensors. For DF11, producer warp p (0-7) decodes, each stage, pass i of
+// its four sub-steps (row groups 2 p and 2 p + 1 of the tile, sub-steps 2 j and 2 j + 1): a lane's eight weights of
+// each, by the streaming kernels' escape-bits decode (ts_decode8_bits), stored as one 16-byte unit at its swizzled
+// place. A lane's escapes of a sub-step are a run of the list from chunk_escapes[c] + lane_starts[32 c + L]
+// (df11_packed.cuh) taken in pass order, so the lane keeps a cursor per sub-step across the group's eight stages and
+// reads, each pass, the 8 bytes at its cursor (a pass has at most 8 escapes: no slow path).
+//
+// HOST GUARANTEES (crates/df11-candle/src/cuda/forms/packed/ws.rs): an sm_90a build on a 9.0 device; WS_THREADS
+// threads, dynamic shared memory ws_smem_bytes(RT) (mirrored by the host), two CTAs an SM; rows % 128 == 0, cols % 2048
+// == 0, cols * 2 bytes a multiple of 16; 1 <= nb; gridDim = (ceil(nb / RT), rows / 128, splits) with 1 <= splits <= 4 *
+// cols / 2048; xmap a 2D tensor map of x [nb, cols] (BF16, box 64 x RT, 128-byte swizzle, zero fill), wmap (twin) of w
+// [rows, cols] (box 64 x 128, the same); y [nb, rows] BF16; splits > 1: partial holds splits * nb * rows floats,
+// 16-byte aligned, and counters one zero word per tile (ceil(nb / RT) * rows / 128; zero again after the launch).
+// DF11: the member(s) [rows, cols] at base whole, in the tile order, base % 2048 == 0, the tables' row-group bounds g1,
+// g2 multiples of 16 (a tile lies in one member), sign_mantissa, codes, lane_starts and escapes the packed buffers of
+// df11_packed.cuh (escapes padded by 16 bytes).
+
+#include <stdint.h>
+#include <cuda_bf16.h>
+#include "df11_tc_stream.cuh"
+#include "df11_tc_wg.cuh"
+#include "llm_common.cuh"
+
+constexpr int WS_BM = 128, WS_BK = 64, WS_THREADS = 512;
+#ifndef WS_STAGES
+#define WS_STAGES 4
+#endif
+static_assert((WS_STAGES & (WS_STAGES - 1)) == 0, "WS_STAGES: a power of two");
+// Registers of a producer thread below 64 rows of x tile; the consumers take the rest of two CTAs an SM (64 a thread
+// at launch). At 64 rows the consumers' accumulators need 64: both keep the launch's.
+#ifndef WS_PRODUCER_REGS
+#define WS_PRODUCER_REGS 72
+#endif
+__host__ __device__ constexpr int ws_producer_regs(int rt) { return rt >= 64 ? 64 : WS_PRODUCER_REGS; }
+__host__ __device__ constexpr int ws_consumer_regs(int rt) { return 128 - ws_producer_regs(rt); }
+
+// Dynamic shared memory of a launch: the ring (1024-byte aligned inside: the swizzle's period), its barriers.
+__host__ __device__ constexpr int ws_smem_bytes(int rt) { return WS_STAGES * (WS_BM + rt) * WS_BK * 2 + 16 * WS_STAGES + 1024; }
+
+// A TMA tensor map (CUtensorMap's 128 opaque bytes, made by the host with cuTensorMapEncodeTiled).
+struct __align__(64) WsMap {
+    unsigned long long opaque[16];
+};
+
+// Box (c0, c1) of `map` into shared memory at dst, completing on `bar`.
+__device__ __forceinline__ void ws_tma_2d(uint32_t dst, const WsMap* map, int c0, int c1, uint64_t* bar) {
+#ifdef WG_HAVE_WGMMA
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+            dst),
+        "l"(map), "r"(c0), "r"(c1), "r"(wg_smem_addr(bar))
+        : "memory");
+#endif
+}
+__device__ __forceinline__ void ws_bar_arrive(uint64_t* bar) {
+#ifdef WG_HAVE_WGMMA
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(wg_smem_addr(bar)) : "memory");
+#endif
+}
+// A K-major operand with the 128-byte swizzle: rows of 128 bytes (64 BF16), 8-row groups 1024 bytes apart. A k16 step
+// inside the 64 columns is 32 bytes more on the start address.
+__device__ __forceinline__ uint64_t ws_desc(uint32_t saddr) {
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+// wgmma m64nNk16, A and B by descriptor; scale_d 0 zeroes the accumulators first.
+template <int N>
+__device__ __forceinline__ void ws_mma(float (&d)[N / 2], uint64_t ad, uint64_t bd, int scale_d);
+template <>
+__device__ __forceinline__ void ws_mma<16>(float (&d)[8], uint64_t ad, uint64_t bd, int scale_d) {
+#ifdef WG_HAVE_WGMMA
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(ad), "l"(bd), "r"(scale_d));
+#endif
+}
+template <>
+__device__ __forceinline__ void ws_mma<32>(float (&d)[16], uint64_t ad, uint64_t bd, int scale_d) {
+#ifdef WG_HAVE_WGMMA
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(ad), "l"(bd), "r"(scale_d));
+#endif
+}
+template <>
+__device__ __forceinline__ void ws_mma<64>(float (&d)[32], uint64_t ad, uint64_t bd, int scale_d) {
+#ifdef WG_HAVE_WGMMA
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
+        "%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(ad), "l"(bd), "r"(scale_d));
+#endif
+}
+
+// Eight escape bytes of the list from index `at`. The buffer is padded past the list: the clamp never moves a valid
+// cursor's window, it only keeps a bad one inside the buffer.
+__device__ __forceinline__ unsigned long long ws_window8(const uint8_t* escapes, uint32_t n_escapes, uint32_t at) {
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(escapes);
+    const uint32_t w = min(at >> 2, n_escapes / 4 - 3), sh = 8 * (at & 3);
+    const uint32_t w0 = __ldg(words + w), w1 = __ldg(words + w + 1), w2 = __ldg(words + w + 2);
+    return ((unsigned long long)__funnelshift_r(w1, w2, sh) << 32) | __funnelshift_r(w0, w1, sh);
+}
+// The escapes among a pass's eight codes (24 bits).
+__device__ __forceinline__ uint32_t ws_escapes(uint32_t c24) { return __popc(c24 & (c24 >> 1) & (c24 >> 2) & 0x249249u); }
+
+template <int RT, bool TWIN>
+__device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs, const uint8_t* sign_mantissa,
+                                        const WsMap* wmap, const WsMap* xmap, __nv_bfloat16* y, float* partial,
+                                        uint32_t* counters, int nb, int rows, int cols, long long base) {
+#ifndef WG_HAVE_WGMMA
+    __trap();   // the host launches these kernels on sm_90a builds only
+#endif
+    launch_dependents();
+    extern __shared__ __align__(16) uint8_t ws_raw[];
+    constexpr uint32_t W_BYTES = WS_BM * WS_BK * 2, X_BYTES = RT * WS_BK * 2, STAGE = W_BYTES + X_BYTES;
+    const uint32_t raw = wg_smem_addr(ws_raw), ring = (raw + 1023) & ~1023u;
+    uint8_t* const smem = ws_raw + (ring - raw);
+    uint64_t* const full = reinterpret_cast<uint64_t*>(smem + WS_STAGES * STAGE);
+    uint64_t* const empty = full + WS_STAGES;
+    const int tn = blockIdx.x, tm = blockIdx.y;
+    const int KC = cols >> 11, groups = 4 * KC;
+    const int g0 = (int)((long long)groups * blockIdx.z / gridDim.z);
+    const int g1 = (int)((long long)groups * (blockIdx.z + 1) / gridDim.z);
+    const int nst = 8 * (g1 - g0);
+    if (!TWIN)
+        for (int i = threadIdx.x; i < 1024; i += WS_THREADS) ts_bits[i] = ts_bits_table.e[i];
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < WS_STAGES; ++s) {
+            wg_bar_init(&full[s], TWIN ? 1 : 9);   // the TMA's arrival (+ the eight decoding warps)
+            wg_bar_init(&empty[s], 8);             // the consumers' warps
+        }
+        wg_bar_init_fence();
+    }
+    __syncthreads();
+    const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31;
+
+    if (wg < 2) {   // ---- producers
+#ifdef WG_HAVE_WGMMA
+        constexpr int regs = ws_producer_regs(RT);
+        if (regs < 64) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(regs));
+        if (regs > 64) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(regs));
+#endif
+        if (TWIN && threadIdx.x != 0) return;
+        if (threadIdx.x == 0) grid_dependency_wait();   // x may be the kernel before's output
+        const int pw = threadIdx.x >> 5;                 // producer warp: row groups 2 pw, 2 pw + 1 of the tile
+        const uint32_t g = lane >> 2, t = lane & 3;
+        const int tile_group = tm * 16;
+        const uint32_t t0 = tile_group < tabs.g1 ? tabs.t0a : tile_group < tabs.g2 ? tabs.t0b : tabs.t0c;
+        const uint32_t t1 = tile_group < tabs.g1 ? tabs.t1a : tile_group < tabs.g2 ? tabs.t1b : tabs.t1c;
+        const uint32_t t0r = fg_rot(t0), t1r = fg_rot(t1);
+        // Sub-step u (0-3) of group grp: row group 2 pw + (u >> 1) of the tile, sub-step 2 j + (u & 1) of chunk k.
+        const uint32_t first = (uint32_t)(base >> 11);
+        auto chunk_of = [&](int grp, int u) -> uint32_t {
+            return first + (uint32_t)(((tile_group + 2 * pw + (u >> 1)) * KC + (grp >> 2)) * 8 + 2 * (grp & 3) + (u & 1));
+        };
+        auto lane_start = [&](uint32_t c) -> uint32_t {
+            return __ldg(pk.chunk_escapes + c) + __ldg(pk.lane_starts + 32 * c + lane);
+        };
+        // Per sub-step u: the lane's held escape bytes (every byte rotated, fg_rot, as the decode takes them), read at
+        // the group's start from its cursor and shifted out as they are used; `used` counts them (four bits a sub-step)
+        // so that a lane that would run past the eight re-reads them at its cursor (rare: more than 8 escapes in 64
+        // weights); nxt: the lane's start in the next group's sub-steps, loaded a group ahead.
+        unsigned long long held[4];
+        uint32_t cur[4], nxt[4], used = 0;
+        if (!TWIN)
+#pragma unroll
+            for (int u = 0; u < 4; ++u) nxt[u] = lane_start(chunk_of(g0, u));
+        for (int j = 0; j < nst; ++j) {
+            const int grp = g0 + (j >> 3), i = j & 7, s = j & (WS_STAGES - 1);
+            uint32_t c24[4];
+            uint2 sm[4];
+            if constexpr (!TWIN) {
+                if (i == 0) {
+#pragma unroll
+                    for (int u = 0; u < 4; ++u) {
+                        cur[u] = nxt[u];
+                        if (grp + 1 < g1) nxt[u] = lane_start(chunk_of(grp + 1, u));
+                        held[u] = fg_rot64(ws_window8(pk.escapes, pk.n_escapes, cur[u]));
+                    }
+                    used = 0;
+                }
+                const uint32_t sh = (24u * lane) & 31u;
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const uint32_t c = chunk_of(grp, u), w0 = 192u * c + 24u * i + ((24u * lane) >> 5);
+                    c24[u] = __funnelshift_r(__ldg(pk.codes + w0), __ldg(pk.codes + w0 + 1), sh);
+                    sm[u] = __ldg(reinterpret_cast<const uint2*>(sign_mantissa + 2048ull * c + 256 * i + 8 * lane));
+                }
+            }
+            if (j >= WS_STAGES) wg_bar_wait(&empty[s], ((j / WS_STAGES) - 1) & 1);
+            const uint32_t st = ring + s * STAGE;
+            if (threadIdx.x == 0) {
+                const int col = 2048 * (grp >> 2) + 256 * i + 64 * (grp & 3);
+                wg_bar_expect(&full[s], X_BYTES + (TWIN ? W_BYTES : 0));
+                ws_tma_2d(st + W_BYTES, xmap, col, tn * RT, &full[s]);
+                if (TWIN) ws_tma_2d(st, wmap, col, tm * WS_BM, &full[s]);
+            }
+            if constexpr (!TWIN) {
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const uint32_t n = ws_escapes(c24[u]);
+                    if (((used >> (4 * u)) & 15u) + n > 8) {
+                        held[u] = fg_rot64(ws_window8(pk.escapes, pk.n_escapes, cur[u]));
+                        used &= ~(15u << (4 * u));
+                    }
+                    uint32_t elo, ehi, w[4];
+                    ts_decode8_bits(c24[u], t0r, t1r, held[u], elo, ehi);
+                    cur[u] += n;
+                    used += n << (4 * u);
+                    fg_fuse4_rot(sm[u].x, elo, w[0], w[1]);
+                    fg_fuse4_rot(sm[u].y, ehi, w[2], w[3]);
+                    // Row 8 (2 pw + (u >> 1)) + g of the tile, 16-byte unit 4 (u & 1) + t of its 128 bytes, swizzled.
+                    const uint32_t row = 16 * pw + 8 * (u >> 1) + g, unit = (4 * (u & 1) + t) ^ g;
+                    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(st + 128 * row + 16 * unit), "r"(w[0]),
+                                 "r"(w[1]), "r"(w[2]), "r"(w[3])
+                                 : "memory");
+                }
+#ifdef WG_HAVE_WGMMA
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // the stores, for wgmma's reads
+#endif
+                __syncwarp();
+                if (lane == 0) ws_bar_arrive(&full[s]);
+            }
+        }
+        return;
+    }
+
+    // ---- consumers: warpgroup h takes weight rows 64 h .. + 63 of the tile
+#ifdef WG_HAVE_WGMMA
+    constexpr int regs = ws_consumer_regs(RT);
+    if (regs > 64) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(regs));
+    if (regs < 64) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(regs));
+#endif
+    const int h = wg - 2, warp = (threadIdx.x >> 5) & 3;
+    float acc[RT / 2];
+#pragma unroll
+    for (int i = 0; i < RT / 2; ++i) acc[i] = 0.0f;
+    for (int j = 0; j < nst; ++j) {
+        const int s = j & (WS_STAGES - 1);
+        wg_bar_wait(&full[s], (j / WS_STAGES) & 1);
+        const uint32_t a = ring + s * STAGE + h * (64 * 128), b = ring + s * STAGE + W_BYTES;
+        wg_fence();
+#pragma unroll
+        for (int k16 = 0; k16 < 4; ++k16) ws_mma<RT>(acc, ws_desc(a + 32 * k16), ws_desc(b + 32 * k16), (j | k16) != 0);
+        wg_commit();
+        if (j > 0) {
+            wg_wait<1>();
+            if (lane == 0) ws_bar_arrive(&empty[(j - 1) & (WS_STAGES - 1)]);
+        }
+    }
+    wg_wait<0>();
+    grid_dependency_wait();   // y, partial and counters may be read by the kernel before
+    // acc[4 c8 + e]: weight row wrow (+ 8 for e >= 2), x row 8 c8 + 2 (lane % 4) + e % 2 of the tile.
+    const int wrow = tm * WS_BM + 64 * h + 16 * warp + (lane >> 2);
+    const bool whole = (tn + 1) * RT <= nb;
+    const int splits = gridDim.z;
+#pragma unroll
+    for (int c8 = 0; c8 < RT / 8; ++c8)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            const int xrow = tn * RT + 8 * c8 + 2 * (lane & 3) + c;
+            if (whole || xrow < nb) {
+                if (splits == 1) {
+                    __nv_bfloat16* yr = y + (size_t)xrow * rows + wrow;
+                    yr[0] = __float2bfloat16_rn(acc[4 * c8 + c]);
+                    yr[8] = __float2bfloat16_rn(acc[4 * c8 + 2 + c]);
+                } else {
+                    float* pr = partial + ((size_t)blockIdx.z * nb + xrow) * rows + wrow;
+                    __stcg(pr, acc[4 * c8 + c]);
+                    __stcg(pr + 8, acc[4 * c8 + 2 + c]);
+                }
+            }
+        }
+    if (splits == 1) return;
+    // The tile's last split to land adds the splits' sums in split order (the same bits whichever lands last) and
+    // re-arms the tile's counter.
+    __shared__ uint32_t ws_last;
+    __threadfence();
+    asm volatile("bar.sync 1, 256;" ::: "memory");   // the consumers only (the producers have left)
+    const uint32_t tile = (uint32_t)tn * gridDim.y + tm;
+    if (threadIdx.x == 256) ws_last = atomicAdd(counters + tile, 1u) == (uint32_t)splits - 1;
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+    if (!ws_last) return;
+    __threadfence();
+    const int r0 = tn * RT, nr = min(RT, nb - r0);
+    const size_t split_stride = (size_t)nb * rows;
+    for (int e = (int)threadIdx.x - 256; e < nr * 32; e += 256) {
+        const int xrow = r0 + (e >> 5), col = tm * WS_BM + 4 * (e & 31);
+        const float* p = partial + (size_t)xrow * rows + col;
+        float4 v = __ldcg(reinterpret_cast<const float4*>(p));
+        // Four splits' loads in flight at a time, added in split order.
+        for (int z = 1; z < splits; z += 4) {
+            float4 u[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+                if (z + q < splits) u[q] = __ldcg(reinterpret_cast<const float4*>(p + (z + q) * split_stride));
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+                if (z + q < splits) {
+                    v.x += u[q].x;
+                    v.y += u[q].y;
+                    v.z += u[q].z;
+                    v.w += u[q].w;
+                }
+        }
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+        *reinterpret_cast<uint2*>(y + (size_t)xrow * rows + col) =
+            make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+    }
+    if (threadIdx.x == 256) counters[tile] = 0;
+}
+
+#define WS_PACKED_ARGS                                                                                                 \
+    const uint32_t *codes, const uint32_t *chunk_escapes, const uint8_t *lane_starts, uint32_t n_chunks,             \
+        const uint8_t *escapes, uint32_t n_escapes, const uint8_t *sign_mantissa, uint32_t t0, uint32_t t1,         \
+        uint32_t t0b, uint32_t t1b, uint32_t t0c, uint32_t t1c, int g1, int g2, const __grid_constant__ WsMap xmap, \
+        __nv_bfloat16 *y, float *partial, uint32_t *counters, int nb, int rows, int cols, long long base
+#define WS_TWIN_ARGS                                                                                                   \
+    const __grid_constant__ WsMap wmap, const __grid_constant__ WsMap xmap, __nv_bfloat16 *y, float *partial,       \
+        uint32_t *counters, int nb, int rows, int cols
+
+#define WS_INSTANTIATE(N)                                                                                            \
+    extern "C" __global__ void __launch_bounds__(WS_THREADS, 2) df11_ws_gemm_##N(WS_PACKED_ARGS) {                   \
+        const FgPacked pk = {codes, chunk_escapes, lane_starts, n_chunks, escapes, n_escapes, t0, t1};               \
+        const TsTables tabs = {t0, t1, t0b, t1b, t0c, t1c, g1, g2};                                                   \
+        ws_gemm<N, false>(pk, tabs, sign_mantissa, nullptr, &xmap, y, partial, counters, nb, rows, cols, base);      \
+    }                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(WS_THREADS, 2) bf16_ws_gemm_##N(WS_TWIN_ARGS) {                     \
+        const FgPacked pk = {};                                                                                       \
+        const TsTables tabs = {};                                                                                     \
+        ws_gemm<N, true>(pk, tabs, nullptr, &wmap, &xmap, y, partial, counters, nb, rows, cols, 0);                  \
+    }
+
+WS_INSTANTIATE(16)
+WS_INSTANTIATE(32)
+WS_INSTANTIATE(64)

@@ -1,0 +1,224 @@
+// WARP-SPECIALIZED PRODUCTS, a measurement harness for kernels/df11_ws_gemm.cu: DF11 (the packed form in the library's
+// tile order, as the streaming kernels read it) and its BF16 twin (row-major weights by TMA) against cuBLAS, on a
+// Qwen3-8B layer's four products (q/k/v stacked 6144x4096, o 4096x4096, gate/up stacked 24576x4096, down 4096x12288;
+// N(0, 0.02) weights).
+//
+//   bash kernels/harness/ws_probe.sh              (builds .gpu/ws/ws_probe and .gpu/ws/run.sh)
+//   bash .gpu/ws/run.sh [--iters N] [--rows "9 16 24 32 48 64"] [--ctas N] [--fill] [--max-splits N] [--per-product]
+//
+// A row count takes the smallest x tile (16, 32, 64 rows) that holds it. Where a product's tiles are fewer than --ctas
+// (default: two an SM), K is split into runs of whole groups (512 columns): the most splits that stay within --ctas
+// CTAs (at least one; at most --max-splits, default 16), or with --fill the fewest that reach --ctas (more than one
+// wave: measured slower for both kernels). Checks: DF11 == twin byte for byte; the twin against cuBLAS within BF16 rounding. Timing: the layer's four
+// products as one CUDA graph, us. Figures: docs/PERFORMANCE.md ("Warp-specialized products").
+
+#include <cmath>
+#include <string>
+
+#include <cudaTypedefs.h>
+
+#include "packed_host.h"
+#include "../df11_ws_gemm.cu"
+
+static PFN_cuTensorMapEncodeTiled_v12000 g_encode = nullptr;
+// A 2D tensor map of t [outer, inner] (BF16, row-major), boxes of 64 x box_rows, 128-byte swizzle, zero fill.
+static WsMap tensor_map(const void* t, int outer, int inner, int box_rows) {
+    if (!g_encode) {
+        cudaDriverEntryPointQueryResult q;
+        CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&g_encode), 12000,
+                                            cudaEnableDefault, &q));
+        if (q != cudaDriverEntryPointSuccess || !g_encode) {
+            fprintf(stderr, "cuTensorMapEncodeTiled not found\n");
+            exit(2);
+        }
+    }
+    static_assert(sizeof(WsMap) == sizeof(CUtensorMap), "WsMap is a CUtensorMap");
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer}, strides[1] = {(cuuint64_t)inner * 2};
+    const cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, elem[2] = {1, 1};
+    const CUresult r = g_encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(t), dims, strides, box,
+                                elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "cuTensorMapEncodeTiled: error %d\n", (int)r);
+        exit(2);
+    }
+    WsMap out;
+    memcpy(&out, &map, sizeof out);
+    return out;
+}
+
+struct Prod {
+    Member* m;
+    WsMap wmap;
+    uint16_t *y_twin, *y_df11, *y_cublas;
+};
+
+static int g_target_ctas = 0, g_max_splits = 16;
+static bool g_fit = true;   // at most one wave (splits rounded down); --fill: at least --ctas CTAs (rounded up)
+static float* g_partial = nullptr;
+static uint32_t* g_counters = nullptr;
+
+static int splits_for(int R, int RT, int N, int K) {
+    const int tiles = ((R + RT - 1) / RT) * (N / WS_BM), groups = 4 * (K / 2048);
+    const int want = g_fit ? g_target_ctas / tiles : (g_target_ctas + tiles - 1) / tiles;
+    const int s = std::min(std::min(want, groups), g_max_splits);
+    return std::max(s, 1);
+}
+
+// The kernels of an x tile.
+template <int RT>
+struct WsKernels;
+template <>
+struct WsKernels<16> {
+    static constexpr auto df11 = df11_ws_gemm_16;
+    static constexpr auto twin = bf16_ws_gemm_16;
+};
+template <>
+struct WsKernels<32> {
+    static constexpr auto df11 = df11_ws_gemm_32;
+    static constexpr auto twin = bf16_ws_gemm_32;
+};
+template <>
+struct WsKernels<64> {
+    static constexpr auto df11 = df11_ws_gemm_64;
+    static constexpr auto twin = bf16_ws_gemm_64;
+};
+
+template <int RT>
+static void launch(const Prod& p, const uint16_t* x, int R, bool df11, cudaStream_t st) {
+    const Member& m = *p.m;
+    const int K = m.cols, N = m.rows, S = splits_for(R, RT, N, K);
+    const WsMap xmap = tensor_map(x, R, K, RT);
+    dim3 grid((R + RT - 1) / RT, N / WS_BM, S);
+    __nv_bfloat16* y = reinterpret_cast<__nv_bfloat16*>(df11 ? p.y_df11 : p.y_twin);
+    if (df11)
+        WsKernels<RT>::df11<<<grid, WS_THREADS, ws_smem_bytes(RT), st>>>(
+            m.codes, m.chunk_escapes, m.lane_starts, m.n_chunks, m.escapes, m.n_escapes, m.sm, m.t0, m.t1, m.t0, m.t1,
+            m.t0, m.t1, 1 << 30, 1 << 30, xmap, y, g_partial, g_counters, R, N, K, 0ll);
+    else
+        WsKernels<RT>::twin<<<grid, WS_THREADS, ws_smem_bytes(RT), st>>>(p.wmap, xmap, y, g_partial, g_counters, R, N, K);
+}
+
+int main(int argc, char** argv) {
+    int iters = 30;
+    bool per_product = false;
+    std::vector<int> rows_list = {9, 16, 24, 32, 48, 64};
+    for (int i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rows") && i + 1 < argc) rows_list = parse_list(argv[++i]);
+        else if (!strcmp(argv[i], "--per-product")) per_product = true;
+        else if (!strcmp(argv[i], "--fill")) g_fit = false;
+        else if (!strcmp(argv[i], "--ctas") && i + 1 < argc) g_target_ctas = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--max-splits") && i + 1 < argc) g_max_splits = atoi(argv[++i]);
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+    if (g_target_ctas == 0) g_target_ctas = 2 * prop.multiProcessorCount;
+    printf("split K to reach %d CTAs a product (at most %d splits)\n", g_target_ctas, g_max_splits);
+    CK(cudaFuncSetAttribute(df11_ws_gemm_16, cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem_bytes(16)));
+    CK(cudaFuncSetAttribute(df11_ws_gemm_32, cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem_bytes(32)));
+    CK(cudaFuncSetAttribute(df11_ws_gemm_64, cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem_bytes(64)));
+    CK(cudaFuncSetAttribute(bf16_ws_gemm_16, cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem_bytes(16)));
+    CK(cudaFuncSetAttribute(bf16_ws_gemm_32, cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem_bytes(32)));
+    CK(cudaFuncSetAttribute(bf16_ws_gemm_64, cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem_bytes(64)));
+    {
+        cudaFuncAttributes fa, fb;
+        CK(cudaFuncGetAttributes(&fa, df11_ws_gemm_64));
+        CK(cudaFuncGetAttributes(&fb, bf16_ws_gemm_64));
+        printf("ws_gemm 64: DF11 %d registers, %zu B local; twin %d registers, %zu B local\n", fa.numRegs,
+               (size_t)fa.localSizeBytes, fb.numRegs, (size_t)fb.localSizeBytes);
+    }
+    std::vector<Member> ms = qwen3_layer(0x7654321ull);
+    pack_members(ms, [](const Member& m, uint32_t q, int r) {
+        return (size_t)tile_original_host(2048u * q + (uint32_t)r, (uint32_t)m.cols);
+    });
+    const int max_rows = *std::max_element(rows_list.begin(), rows_list.end());
+    std::vector<Prod> ps(ms.size());
+    for (size_t k = 0; k < ms.size(); ++k) {
+        Prod& p = ps[k];
+        p.m = &ms[k];
+        p.wmap = tensor_map(ms[k].w, ms[k].rows, ms[k].cols, WS_BM);
+        for (uint16_t** y : {&p.y_twin, &p.y_df11, &p.y_cublas}) CK(cudaMalloc(y, 2 * (size_t)max_rows * ms[k].rows));
+    }
+    CK(cudaMalloc(&g_partial, 4 * (size_t)g_max_splits * max_rows * 24576));
+    const size_t max_tiles = (size_t)((max_rows + 15) / 16) * (24576 / WS_BM);
+    CK(cudaMalloc(&g_counters, 4 * max_tiles));
+    CK(cudaMemset(g_counters, 0, 4 * max_tiles));
+    uint16_t* x;
+    CK(cudaMalloc(&x, 2 * (size_t)max_rows * 12288));
+    synth_bf16<<<256, 256>>>(x, (size_t)max_rows * 12288, 0x1234ull);
+    CK(cudaGetLastError());
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cublasHandle_t hb;
+    CB(cublasCreate(&hb));
+    CB(cublasSetStream(hb, st));
+    void* ws;
+    CK(cudaMalloc(&ws, 32 << 20));
+    CB(cublasSetWorkspace(hb, ws, 32 << 20));
+    int fails = 0;
+    printf("\nper layer, us (4 products, one graph): twin / DF11 against cuBLAS\n");
+    for (const int R : rows_list) {
+        if (R < 1 || R > 64) {
+            printf("%d rows: outside 1-64, skipped\n", R);
+            continue;
+        }
+        const int RT = R <= 16 ? 16 : R <= 32 ? 32 : 64;
+        auto run = [&](const Prod& p, bool df11) {
+            if (RT == 16) launch<16>(p, x, R, df11, st);
+            else if (RT == 32) launch<32>(p, x, R, df11, st);
+            else launch<64>(p, x, R, df11, st);
+        };
+        auto cublas = [&](const Prod& p) {
+            const float one = 1.0f, zero = 0.0f;
+            CB(cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, p.m->rows, R, p.m->cols, &one, p.m->w, CUDA_R_16BF, p.m->cols,
+                            x, CUDA_R_16BF, p.m->cols, &zero, p.y_cublas, CUDA_R_16BF, p.m->rows, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+        };
+        std::string checks;
+        for (auto& p : ps) {
+            const size_t n = (size_t)R * p.m->rows;
+            CK(cudaMemsetAsync(p.y_twin, 0xff, 2 * n, st));
+            CK(cudaMemsetAsync(p.y_df11, 0xee, 2 * n, st));
+            cublas(p);
+            run(p, false);
+            run(p, true);
+            CK(cudaGetLastError());
+            std::vector<uint16_t> yt(n), yd(n), yc(n);
+            CK(cudaMemcpyAsync(yt.data(), p.y_twin, 2 * n, cudaMemcpyDeviceToHost, st));
+            CK(cudaMemcpyAsync(yd.data(), p.y_df11, 2 * n, cudaMemcpyDeviceToHost, st));
+            CK(cudaMemcpyAsync(yc.data(), p.y_cublas, 2 * n, cudaMemcpyDeviceToHost, st));
+            CK(cudaStreamSynchronize(st));
+            const bool same = memcmp(yt.data(), yd.data(), 2 * n) == 0;
+            double worst = 0, scale = 0;
+            for (size_t i = 0; i < n; ++i) {
+                const double d = fabsf(bf16_to_f(yt[i]) - bf16_to_f(yc[i]));
+                worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+                scale = std::max(scale, (double)fabsf(bf16_to_f(yc[i])));
+            }
+            const bool close = worst <= 1.6e-2 * scale;   // a few BF16 ulps of the largest output
+            fails += !same + !close;
+            if (!same || !close)
+                checks += std::string(" ") + p.m->name + (same ? "" : ": DF11 != twin") +
+                          (close ? "" : ": twin far from cuBLAS (" + std::to_string(worst) + " of " +
+                                            std::to_string(scale) + ")");
+        }
+        const float tc = time_graph(st, iters, [&] { for (auto& p : ps) cublas(p); });
+        const float tt = time_graph(st, iters, [&] { for (auto& p : ps) run(p, false); });
+        const float td = time_graph(st, iters, [&] { for (auto& p : ps) run(p, true); });
+        printf("%3d rows (RT %2d): cuBLAS %6.1f  twin %6.1f (%.3fx cuBLAS)  DF11 %6.1f (%.3fx cuBLAS, %.3fx twin)  %s\n", R,
+               RT, tc, tt, tc / tt, td, tc / td, tt / td, checks.empty() ? "(DF11 == twin, twin ~ cuBLAS)" : checks.c_str());
+        if (per_product)
+            for (auto& p : ps) {
+                const float c = time_graph(st, iters, [&] { cublas(p); });
+                const float t1 = time_graph(st, iters, [&] { run(p, false); });
+                const float d1 = time_graph(st, iters, [&] { run(p, true); });
+                printf("      %-8s cuBLAS %6.1f  twin %6.1f  DF11 %6.1f  (%d splits)\n", p.m->name, c, t1, d1,
+                       splits_for(R, RT, p.m->rows, p.m->cols));
+            }
+    }
+    printf("\n%s (%d failed checks)\n", fails ? "FAIL" : "PASS", fails);
+    return fails ? 1 : 0;
+}
