@@ -50,6 +50,10 @@ static_assert((WS_STAGES & (WS_STAGES - 1)) == 0, "WS_STAGES: a power of two");
 #ifndef WS_PRODUCER_REGS
 #define WS_PRODUCER_REGS 72
 #endif
+// Stages a producer warp takes a visit below 64 rows of x tile (1, 2, 4 or 8: a group's eight stages split evenly).
+#ifndef WS_VISIT
+#define WS_VISIT 1
+#endif
 __host__ __device__ constexpr int ws_producer_regs(int rt) { return rt >= 64 ? 64 : WS_PRODUCER_REGS; }
 __host__ __device__ constexpr int ws_consumer_regs(int rt) { return 128 - ws_producer_regs(rt); }
 
@@ -134,6 +138,11 @@ __device__ __forceinline__ unsigned long long ws_window8(const uint8_t* escapes,
 // The escapes among a pass's eight codes (24 bits).
 __device__ __forceinline__ uint32_t ws_escapes(uint32_t c24) { return __popc(c24 & (c24 >> 1) & (c24 >> 2) & 0x249249u); }
 
+#ifdef WS_DIAG_TIMES
+// Diagnostic: cycles the producer warps spent waiting for free slots [0] and the consumer warps for full ones [1],
+// their whole time [2] and [3] (summed over warps; the harness zeroes and prints them).
+__device__ unsigned long long ws_diag_cycles[4];
+#endif
 template <int RT, bool TWIN>
 __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs, const uint8_t* sign_mantissa,
                                         const WsMap* wmap, const WsMap* xmap, __nv_bfloat16* y, float* partial,
@@ -172,6 +181,9 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
         if (regs > 64) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(regs));
 #endif
         if (TWIN && threadIdx.x != 0) return;
+#ifdef WS_DIAG_TIMES
+        const long long t_start = clock64();
+#endif
         if (threadIdx.x == 0) grid_dependency_wait();   // x may be the kernel before's output
         const int pw = threadIdx.x >> 5;                 // producer warp: row groups 2 pw, 2 pw + 1 of the tile
         const uint32_t g = lane >> 2, t = lane & 3;
@@ -196,10 +208,19 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
         if (!TWIN)
 #pragma unroll
             for (int u = 0; u < 4; ++u) nxt[u] = lane_start(chunk_of(g0, u));
-        for (int j = 0; j < nst; ++j) {
+        // A stage's inputs of the lane: each sub-step's codes of the pass and sign_mantissa bytes.
+        auto load = [&](int j, uint32_t(&c24)[4], uint2(&sm)[4]) {
+            const int grp = g0 + (j >> 3), i = j & 7;
+            const uint32_t sh = (24u * lane) & 31u;
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const uint32_t c = chunk_of(grp, u), w0 = 192u * c + 24u * i + ((24u * lane) >> 5);
+                c24[u] = __funnelshift_r(__ldg(pk.codes + w0), __ldg(pk.codes + w0 + 1), sh);
+                sm[u] = __ldg(reinterpret_cast<const uint2*>(sign_mantissa + 2048ull * c + 256 * i + 8 * lane));
+            }
+        };
+        auto stage = [&](int j, const uint32_t(&c24)[4], const uint2(&sm)[4]) {
             const int grp = g0 + (j >> 3), i = j & 7, s = j & (WS_STAGES - 1);
-            uint32_t c24[4];
-            uint2 sm[4];
             if constexpr (!TWIN) {
                 if (i == 0) {
 #pragma unroll
@@ -210,15 +231,14 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
                     }
                     used = 0;
                 }
-                const uint32_t sh = (24u * lane) & 31u;
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    const uint32_t c = chunk_of(grp, u), w0 = 192u * c + 24u * i + ((24u * lane) >> 5);
-                    c24[u] = __funnelshift_r(__ldg(pk.codes + w0), __ldg(pk.codes + w0 + 1), sh);
-                    sm[u] = __ldg(reinterpret_cast<const uint2*>(sign_mantissa + 2048ull * c + 256 * i + 8 * lane));
-                }
             }
+#ifdef WS_DIAG_TIMES
+            const long long t_wait = clock64();
+#endif
             if (j >= WS_STAGES) wg_bar_wait(&empty[s], ((j / WS_STAGES) - 1) & 1);
+#ifdef WS_DIAG_TIMES
+            if (lane == 0) atomicAdd(ws_diag_cycles + 0, (unsigned long long)(clock64() - t_wait));
+#endif
             const uint32_t st = ring + s * STAGE;
             if (threadIdx.x == 0) {
                 const int col = 2048 * (grp >> 2) + 256 * i + 64 * (grp & 3);
@@ -235,7 +255,12 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
                         used &= ~(15u << (4 * u));
                     }
                     uint32_t elo, ehi, w[4];
+#ifdef WS_DIAG_NO_DECODE
+                    elo = c24[u] ^ (uint32_t)held[u];
+                    ehi = c24[u];
+#else
                     ts_decode8_bits(c24[u], t0r, t1r, held[u], elo, ehi);
+#endif
                     cur[u] += n;
                     used += n << (4 * u);
                     fg_fuse4_rot(sm[u].x, elo, w[0], w[1]);
@@ -246,13 +271,27 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
                                  "r"(w[1]), "r"(w[2]), "r"(w[3])
                                  : "memory");
                 }
-#ifdef WG_HAVE_WGMMA
+#if defined(WG_HAVE_WGMMA) && !defined(WS_DIAG_NO_FENCE)
                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // the stores, for wgmma's reads
 #endif
                 __syncwarp();
                 if (lane == 0) ws_bar_arrive(&full[s]);
             }
+        };
+        // V stages a visit: their inputs loaded together (one memory latency a visit), then decoded stage by stage.
+        constexpr int V = RT >= 64 ? 1 : WS_VISIT;
+        for (int j = 0; j < nst; j += V) {
+            uint32_t c24[V][4];
+            uint2 sm[V][4];
+            if (!TWIN)
+#pragma unroll
+                for (int v = 0; v < V; ++v) load(j + v, c24[v], sm[v]);
+#pragma unroll
+            for (int v = 0; v < V; ++v) stage(j + v, c24[v], sm[v]);
         }
+#ifdef WS_DIAG_TIMES
+        if (lane == 0) atomicAdd(ws_diag_cycles + 2, (unsigned long long)(clock64() - t_start));
+#endif
         return;
     }
 
@@ -263,12 +302,21 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
     if (regs < 64) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(regs));
 #endif
     const int h = wg - 2, warp = (threadIdx.x >> 5) & 3;
+#ifdef WS_DIAG_TIMES
+    const long long t_start = clock64();
+#endif
     float acc[RT / 2];
 #pragma unroll
     for (int i = 0; i < RT / 2; ++i) acc[i] = 0.0f;
     for (int j = 0; j < nst; ++j) {
         const int s = j & (WS_STAGES - 1);
+#ifdef WS_DIAG_TIMES
+        const long long t_wait = clock64();
+#endif
         wg_bar_wait(&full[s], (j / WS_STAGES) & 1);
+#ifdef WS_DIAG_TIMES
+        if (lane == 0) atomicAdd(ws_diag_cycles + 1, (unsigned long long)(clock64() - t_wait));
+#endif
         const uint32_t a = ring + s * STAGE + h * (64 * 128), b = ring + s * STAGE + W_BYTES;
         wg_fence();
 #pragma unroll
@@ -280,6 +328,9 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
         }
     }
     wg_wait<0>();
+#ifdef WS_DIAG_TIMES
+    if (lane == 0) atomicAdd(ws_diag_cycles + 3, (unsigned long long)(clock64() - t_start));
+#endif
     grid_dependency_wait();   // y, partial and counters may be read by the kernel before
     // acc[4 c8 + e]: weight row wrow (+ 8 for e >= 2), x row 8 c8 + 2 (lane % 4) + e % 2 of the tile.
     const int wrow = tm * WS_BM + 64 * h + 16 * warp + (lane >> 2);

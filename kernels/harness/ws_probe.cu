@@ -210,6 +210,19 @@ int main(int argc, char** argv) {
         const float td = time_graph(st, iters, [&] { for (auto& p : ps) run(p, true); });
         printf("%3d rows (RT %2d): cuBLAS %6.1f  twin %6.1f (%.3fx cuBLAS)  DF11 %6.1f (%.3fx cuBLAS, %.3fx twin)  %s\n", R,
                RT, tc, tt, tc / tt, td, tc / td, tt / td, checks.empty() ? "(DF11 == twin, twin ~ cuBLAS)" : checks.c_str());
+#ifdef WS_DIAG_TIMES
+        // Where the warps wait (one launch of each product and kernel, summed over warps, in 10^6 cycles).
+        for (auto& p : ps)
+            for (bool df11 : {false, true}) {
+                unsigned long long zero[4] = {}, c[4];
+                CK(cudaMemcpyToSymbol(ws_diag_cycles, zero, sizeof zero));
+                run(p, df11);
+                CK(cudaDeviceSynchronize());
+                CK(cudaMemcpyFromSymbol(c, ws_diag_cycles, sizeof c));
+                printf("      %-8s %s: producers wait %8.1f of %8.1f, consumers wait %8.1f of %8.1f (Mcycles)\n", p.m->name,
+                       df11 ? "DF11" : "twin", c[0] / 1e6, c[2] / 1e6, c[1] / 1e6, c[3] / 1e6);
+            }
+#endif
         if (per_product)
             for (auto& p : ps) {
                 const float c = time_graph(st, iters, [&] { cublas(p); });
