@@ -20,11 +20,19 @@
 // twin, its weights) by TMA from the row-major tensors. For DF11, producer warp p (0-7) decodes, each stage, pass i of
 // its four sub-steps (row groups 2 p and 2 p + 1 of the tile, sub-steps 2 j and 2 j + 1): a lane's eight weights of
 // each, by the streaming kernels' escape-bits decode (ts_decode8_bits), stored as one 16-byte unit at its swizzled
-// place. A lane's escapes of a sub-step are a run of the list from chunk_escapes[c] + lane_starts[32 c + L]
-// (df11_packed.cuh) taken in pass order, so the lane keeps a cursor per sub-step across the group's eight stages and
-// reads, each pass, the 8 bytes at its cursor (a pass has at most 8 escapes: no slow path).
+// place; it loads the inputs of WS_VISIT stages at once. A lane's escapes of a sub-step are a run of the list from
+// chunk_escapes[c] + lane_starts[32 c + L] (df11_packed.cuh) taken in pass order: the lane reads eight of them at the
+// group's start and shifts them out as its passes use them, re-reading at its cursor when they run out.
 //
-// HOST GUARANTEES (crates/df11-candle/src/cuda/forms/packed/ws.rs): an sm_90a build on a 9.0 device; WS_THREADS
+// STATUS (docs/PERFORMANCE.md, "Warp-specialized products on the packed form"): not in the library. A Qwen3-8B layer on
+// an H200 (ws_probe, graphs): the twin at 0.96 / 0.93 / 0.82x cuBLAS at 16 / 32 / 64 rows, DF11 at ~0.52 / 0.51 /
+// 0.45x, where the streaming kernels run DF11 at 0.66x at 16 rows and decode + cuBLAS at ~0.35x above. The producers are
+// the limit (busy 93% of their time, WS_DIAG_TIMES); without the decode they already hold the ring to 0.66x the twin
+// (WS_DIAG_NO_DECODE). Measured no better and removed: the next stage's inputs in registers, an L2 prefetch of the next
+// group, the inputs brought to shared memory by bulk copies, a group's stages unrolled, the consumers decoding too.
+// Diagnostics (wrong outputs): WS_DIAG_NO_DECODE, WS_DIAG_NO_FENCE, WS_DIAG_TIMES (the harness prints the waits).
+//
+// HOST GUARANTEES (what kernels/harness/ws_probe.cu gives, and a library host must): an sm_90a build on a 9.0 device; WS_THREADS
 // threads, dynamic shared memory ws_smem_bytes(RT) (mirrored by the host), two CTAs an SM; rows % 128 == 0, cols % 2048
 // == 0, cols * 2 bytes a multiple of 16; 1 <= nb; gridDim = (ceil(nb / RT), rows / 128, splits) with 1 <= splits <= 4 *
 // cols / 2048; xmap a 2D tensor map of x [nb, cols] (BF16, box 64 x RT, 128-byte swizzle, zero fill), wmap (twin) of w
@@ -48,11 +56,11 @@ static_assert((WS_STAGES & (WS_STAGES - 1)) == 0, "WS_STAGES: a power of two");
 // Registers of a producer thread below 64 rows of x tile; the consumers take the rest of two CTAs an SM (64 a thread
 // at launch). At 64 rows the consumers' accumulators need 64: both keep the launch's.
 #ifndef WS_PRODUCER_REGS
-#define WS_PRODUCER_REGS 72
+#define WS_PRODUCER_REGS 80
 #endif
 // Stages a producer warp takes a visit below 64 rows of x tile (1, 2, 4 or 8: a group's eight stages split evenly).
 #ifndef WS_VISIT
-#define WS_VISIT 1
+#define WS_VISIT 2
 #endif
 __host__ __device__ constexpr int ws_producer_regs(int rt) { return rt >= 64 ? 64 : WS_PRODUCER_REGS; }
 __host__ __device__ constexpr int ws_consumer_regs(int rt) { return 128 - ws_producer_regs(rt); }
