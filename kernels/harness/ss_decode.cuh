@@ -22,7 +22,6 @@ struct SsArgs {
     const uint16_t* xb;   // [ceil(R / RT)][KB][RT * BK], rows past R zero
     uint16_t* y;          // [R][N]
     float* ws;            // split K (gridDim.z > 1): [splits][R][N] fp32 partial sums, added by ss_reduce
-    uint32_t* counters;   // SS_FUSED_REDUCE: per (x tile, weight tile) the splits landed (zero between launches)
     int R, N, K;
 };
 

@@ -19,9 +19,7 @@
 // decode above 8 rows: the exponents by byte permutes, the escapes through a table indexed by their bits),
 // SS_START_AHEAD (where a lane's escapes start, and how many, loaded a chunk ahead; with either of those two), and
 // the diagnostics SS_NO_DECODE, SS_NO_ESCAPES, SS_DECODE_TWICE, SS_NO_FENCE (wrong weights, a race, or the decode
-// twice). Written, not yet run on a GPU: SS_TMA_X (x's blocks by TMA from x itself, no arranging launch) and
-// SS_FUSED_REDUCE (the splits added by the tile's last CTA, no second launch): the twin's two extra launches a
-// product. The best build measured at 16-64 rows: -DSS_CTAS=2 -DSS_PRODUCER_REGS=56 -DSS_HYBRID_DECODE
+// twice). The best build measured at 16-64 rows: -DSS_CTAS=2 -DSS_PRODUCER_REGS=56 -DSS_HYBRID_DECODE
 // -DSS_START_AHEAD, run with --ctas 264. Variants measured and removed (figures in docs/PERFORMANCE.md): a warp's next
 // inputs loaded before its decode, inputs through a cp.async ring, a warp scan in place of the lane starts, the
 // escape window shifted pass by pass.
@@ -43,9 +41,6 @@
 
 #include "../df11_tc_wg.cuh"
 #include "ss_decode.cuh"
-#ifdef SS_TMA_X
-#include <cuda.h>
-#endif
 
 constexpr int SS_BM = 128, SS_BK = 64;
 #ifndef SS_STAGES
@@ -114,29 +109,12 @@ __device__ __forceinline__ void ss_mma<128>(float (&d)[64], uint64_t ad, uint64_
 }
 
 // A no-swizzle K-major descriptor with the given byte offsets between core matrices adjacent in K (lbo) and in M/N
-// (sbo): wg_desc's with lbo 128, sbo 256; SS_TMA_X's x blocks have lbo RT * 16, sbo 128.
+// (sbo): wg_desc's with lbo 128, sbo 256.
 __device__ __forceinline__ uint64_t ss_desc(const void* smem, uint32_t lbo, uint32_t sbo) {
     const uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
     return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
 }
 
-#ifdef SS_TMA_X
-// SS_TMA_X: x's blocks brought straight from x [R, K] by TMA (no arranging launch): for each 8-column group g of a
-// stage, a box of 8 columns x RT rows lands as RT rows of 16 bytes at sx + 8 RT g (rows past R zero-filled), so the
-// consumers' B descriptors take lbo RT * 16 (the next 8 columns) and sbo 128 (the next 8 rows). Not yet run on a GPU.
-__device__ __forceinline__ void ss_tma_load_2d(void* dst, const CUtensorMap* map, int col, int row, uint64_t* bar) {
-#ifdef WG_HAVE_WGMMA
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-            wg_smem_addr(dst)),
-        "l"(map), "r"(col), "r"(row), "r"(wg_smem_addr(bar))
-        : "memory");
-#endif
-}
-#define SS_XMAP_PARAM , const __grid_constant__ CUtensorMap xmap
-#else
-#define SS_XMAP_PARAM
-#endif
 
 // The shared memory a launch of ss_gemm<RT> takes.
 constexpr size_t ss_smem_bytes(int RT, int PW) {
@@ -161,7 +139,7 @@ __host__ __device__ constexpr int ss_base_regs(int pw) { return 65536 / (128 * (
 // y = x w^T for one (weight tile tm = blockIdx.y, x tile tn = blockIdx.x); see the head of this file. PW producer
 // warpgroups (warpgroup p fills the stages kb % PW == p), then two consumer warpgroups.
 template <int RT, bool DF11, int PW>
-__global__ void __launch_bounds__(128 * (PW + 2), SS_CTAS) ss_gemm(const SsArgs a SS_XMAP_PARAM) {
+__global__ void __launch_bounds__(128 * (PW + 2), SS_CTAS) ss_gemm(const SsArgs a) {
     extern __shared__ __align__(1024) uint8_t smem[];
     constexpr uint32_t W_BYTES = SS_BM * SS_BK * 2, X_BYTES = RT * SS_BK * 2, STAGE = W_BYTES + X_BYTES;
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + SS_STAGES * STAGE);
@@ -232,13 +210,7 @@ __global__ void __launch_bounds__(128 * (PW + 2), SS_CTAS) ss_gemm(const SsArgs 
             uint8_t* sw = smem + s * STAGE;
             if ((threadIdx.x & 127) == 0) {
                 wg_bar_expect(&full[s], X_BYTES + (DF11 ? 0 : W_BYTES));
-#ifdef SS_TMA_X
-#pragma unroll
-                for (int g8 = 0; g8 < SS_BK / 8; ++g8)
-                    ss_tma_load_2d(sw + W_BYTES + 16 * RT * g8, &xmap, kb * SS_BK + 8 * g8, tn * RT, &full[s]);
-#else
                 wg_bulk_copy(sw + W_BYTES, a.xb + ((size_t)tn * KB + kb) * RT * SS_BK, X_BYTES, &full[s]);
-#endif
                 if (!DF11) wg_bulk_copy(sw, a.wb + ((size_t)tm * KB + kb) * SS_BM * SS_BK, W_BYTES, &full[s]);
             }
             if (DF11) {
@@ -288,11 +260,7 @@ __global__ void __launch_bounds__(128 * (PW + 2), SS_CTAS) ss_gemm(const SsArgs 
             const uint64_t ad = wg_desc(sw + k16 * 2048 + g * 1024);
 #pragma unroll
             for (int nh = 0; nh < NH; ++nh)
-#ifdef SS_TMA_X
-                ss_mma<NT>(acc[nh], ad, ss_desc(sx + 16 * RT * k16 + 8 * NT * nh, 16 * RT, 128), (j | k16) != 0);
-#else
                 ss_mma<NT>(acc[nh], ad, wg_desc(sx + k16 * RT * 16 + nh * NT * 16), (j | k16) != 0);
-#endif
         }
         wg_commit();
         if (j > 0) {
@@ -323,40 +291,6 @@ __global__ void __launch_bounds__(128 * (PW + 2), SS_CTAS) ss_gemm(const SsArgs 
                     }
                 }
             }
-#ifdef SS_FUSED_REDUCE
-    // SS_FUSED_REDUCE: the last CTA of a tile's splits to land adds them, in split order as ss_reduce does (so the
-    // same bits), instead of a second launch; it re-arms the tile's counter for the next launch. Not yet run on a GPU.
-    if (gridDim.z == 1) return;
-    __shared__ uint32_t ss_last;
-    __threadfence();                                          // this CTA's partial sums before its count
-    asm volatile("bar.sync 1, 256;" ::: "memory");            // the two consumer warpgroups (the producers are gone)
-    const uint32_t tile = (uint32_t)tn * gridDim.y + tm;
-    if (threadIdx.x == 128 * PW) ss_last = atomicAdd(a.counters + tile, 1u) == gridDim.z - 1;
-    asm volatile("bar.sync 1, 256;" ::: "memory");
-    if (!ss_last) return;
-    __threadfence();                                          // the other splits' sums, counted before ours
-#pragma unroll 1
-    for (int nh = 0; nh < NH; ++nh)
-#pragma unroll 1
-        for (int c8 = 0; c8 < NT / 8; ++c8)
-#pragma unroll 1
-            for (int c = 0; c < 2; ++c) {
-                const int xrow = tn * RT + nh * NT + 8 * c8 + 2 * (lane & 3) + c;
-                if (whole_tile || xrow < a.R) {
-                    const float* wr = a.ws + (size_t)xrow * a.N + wrow0;
-                    const size_t split = (size_t)a.R * a.N;
-                    float v0 = __ldcg(wr), v1 = __ldcg(wr + 8);
-                    for (uint32_t z = 1; z < gridDim.z; ++z) {
-                        v0 += __ldcg(wr + z * split);
-                        v1 += __ldcg(wr + z * split + 8);
-                    }
-                    uint16_t* yr = a.y + (size_t)xrow * a.N + wrow0;
-                    yr[0] = __bfloat16_as_ushort(__float2bfloat16_rn(v0));
-                    yr[8] = __bfloat16_as_ushort(__float2bfloat16_rn(v1));
-                }
-            }
-    if (threadIdx.x == 128 * PW) a.counters[tile] = 0;
-#endif
 }
 
 // Split K: y = the splits' partial sums added in split order (so DF11 and twin, which store the same partial sums,

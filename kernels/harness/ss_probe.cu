@@ -17,8 +17,7 @@
 // within BF16 rounding. Timing: the layer's four products as one CUDA graph (x's blocks arranged by a launch before
 // each product, and the split-K reduction, counted), us. Variants of the kernel are nvcc flags (ss_kernel.cuh's head):
 // SS_BIN=name bash kernels/harness/ss_probe.sh -DSS_CTAS=2 ... builds .gpu/ss/name, run by
-// SS_BIN=name bash .gpu/ss/run.sh (SS_TMA_X: x by TMA tensor maps, made here with cuTensorMapEncodeTiled from the
-// driver; SS_FUSED_REDUCE: no ss_reduce launch). Figures: docs/PERFORMANCE.md ("A decoding producer for a wgmma
+// SS_BIN=name bash .gpu/ss/run.sh. (x by TMA and the splits added in the kernel: kernels/df11_ws_gemm.cu.) Figures: docs/PERFORMANCE.md ("A decoding producer for a wgmma
 // GEMM").
 
 #include <cmath>
@@ -26,9 +25,6 @@
 
 #include "packed_host.h"
 #include "ss_kernel.cuh"
-#ifdef SS_TMA_X
-#include <cudaTypedefs.h>
-#endif
 
 // The row-major index of position r of chunk q in the kernel's block order (ss_kernel.cuh, LAYOUT) for K columns.
 static size_t ss_source(uint32_t q, int r, int K) {
@@ -47,49 +43,9 @@ struct Prod {
 // CTAs (at most KB / g_min_kb_split splits; 1 when the tiles alone fill it).
 static int g_target_ctas = 0, g_min_kb_split = 4, g_max_splits = 16;
 static float* g_ws = nullptr;   // fp32 partial sums of the splits
-static uint32_t* g_counters = nullptr;   // SS_FUSED_REDUCE: a tile's splits landed (zeroed once, re-armed by the kernel)
-#ifdef SS_TMA_X
-// SS_TMA_X: x [R, K] as a TMA tensor map, boxes of 8 columns x RT rows (rows past R read as zeros).
-static PFN_cuTensorMapEncodeTiled_v12000 g_encode = nullptr;
-static CUtensorMap x_map(const uint16_t* x, int R, int K, int RT) {
-    if (!g_encode) {
-        cudaDriverEntryPointQueryResult q;
-        CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&g_encode), 12000,
-                                            cudaEnableDefault, &q));
-        if (q != cudaDriverEntryPointSuccess || !g_encode) {
-            fprintf(stderr, "cuTensorMapEncodeTiled not found\n");
-            exit(2);
-        }
-    }
-    CUtensorMap map;
-    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)R}, strides[1] = {(cuuint64_t)K * 2};
-    const cuuint32_t box[2] = {8, (cuuint32_t)RT}, elem[2] = {1, 1};
-    const CUresult r = g_encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(x), dims, strides, box,
-                                elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                                CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "cuTensorMapEncodeTiled: error %d\n", (int)r);
-        exit(2);
-    }
-    return map;
-}
-#define SS_XMAP_ARG , x_map(x, R, K, RT)
-#else
-#define SS_XMAP_ARG
-#endif
 // Diagnostics of the timed layer (the checks run without them): x's blocks left as the check arranged them
 // (--no-arrange), the splits' sums not added (--no-reduce: y not written).
 static bool g_skip_arrange = false, g_skip_reduce = false, g_diag_arrange = false, g_diag_reduce = false;
-#ifdef SS_TMA_X
-constexpr bool kTmaX = true;
-#else
-constexpr bool kTmaX = false;
-#endif
-#ifdef SS_FUSED_REDUCE
-constexpr bool kFusedReduce = true;
-#else
-constexpr bool kFusedReduce = false;
-#endif
 static int splits_for(int R, int RT, int N, int K) {
     const int tiles = ((R + RT - 1) / RT) * (N / SS_BM), KB = K / SS_BK;
     int s = (g_target_ctas + tiles - 1) / tiles;
@@ -101,19 +57,19 @@ template <int RT, int PW>
 static void launch(const Prod& p, const uint16_t* x, int R, bool df11, cudaStream_t st) {
     const int K = p.m->cols, N = p.m->rows;
     const size_t units = (size_t)((R + RT - 1) / RT) * (K / SS_BK) * RT * 8;
-    if (!kTmaX && !g_skip_arrange)   // (with SS_TMA_X the kernel brings x itself)
+    if (!g_skip_arrange)
         ss_x_blocks<RT><<<(int)std::min<size_t>((units + 255) / 256, 4096), 256, 0, st>>>(x, p.xb, R, K);
     uint16_t* y = df11 ? p.y_df11 : p.y_twin;
     SsArgs a = {p.wb, p.m->codes, p.m->chunk_escapes, p.m->lane_starts, p.m->escapes, p.m->n_escapes, p.m->sm,
                 p.m->t0, p.m->t1,
-                p.xb, y, g_ws, g_counters, R, N, K};
+                p.xb, y, g_ws, R, N, K};
     const int S = splits_for(R, RT, N, K);
     dim3 grid((R + RT - 1) / RT, N / SS_BM, S);
     if (df11)
-        ss_gemm<RT, true, PW><<<grid, 128 * (PW + 2), ss_smem_bytes(RT, PW), st>>>(a SS_XMAP_ARG);
+        ss_gemm<RT, true, PW><<<grid, 128 * (PW + 2), ss_smem_bytes(RT, PW), st>>>(a);
     else
-        ss_gemm<RT, false, PW><<<grid, 128 * (PW + 2), ss_smem_bytes(RT, PW), st>>>(a SS_XMAP_ARG);
-    if (S > 1 && !kFusedReduce && !g_skip_reduce) {   // (with SS_FUSED_REDUCE the kernel adds the splits)
+        ss_gemm<RT, false, PW><<<grid, 128 * (PW + 2), ss_smem_bytes(RT, PW), st>>>(a);
+    if (S > 1 && !g_skip_reduce) {
         const size_t n = (size_t)R * N;
         ss_reduce<<<(int)std::min<size_t>((n / 4 + 255) / 256, 2048), 256, 0, st>>>(g_ws, y, n, S);
     }
@@ -202,9 +158,6 @@ int main(int argc, char** argv) {
     size_t ws_floats = 0;
     for (const Prod& p : ps) ws_floats = std::max(ws_floats, (size_t)g_max_splits * (max_rows + 255) * p.m->rows);
     CK(cudaMalloc(&g_ws, 4 * ws_floats));
-    const size_t max_tiles = (size_t)((max_rows + 15) / 16) * (24576 / SS_BM);   // the most (x tile, weight tile) pairs
-    CK(cudaMalloc(&g_counters, 4 * max_tiles));
-    CK(cudaMemset(g_counters, 0, 4 * max_tiles));
     uint16_t* x;
     CK(cudaMalloc(&x, 2 * (size_t)max_rows * 12288));
     synth_bf16<<<256, 256>>>(x, (size_t)max_rows * 12288, 0x1234ull);
