@@ -25,12 +25,14 @@
 // group's start and shifts them out as its passes use them, re-reading at its cursor when they run out.
 //
 // STATUS (docs/PERFORMANCE.md, "Warp-specialized products on the packed form"): not in the library. A Qwen3-8B layer on
-// an H200 (ws_probe, graphs): the twin at 0.96 / 0.93 / 0.82x cuBLAS at 16 / 32 / 64 rows, DF11 at ~0.52 / 0.51 /
-// 0.45x, where the streaming kernels run DF11 at 0.66x at 16 rows and decode + cuBLAS at ~0.35x above. The producers are
-// the limit (busy 93% of their time, WS_DIAG_TIMES); without the decode they already hold the ring to 0.66x the twin
-// (WS_DIAG_NO_DECODE). Measured no better and removed: the next stage's inputs in registers, an L2 prefetch of the next
-// group, the inputs brought to shared memory by bulk copies, a group's stages unrolled, the consumers decoding too.
-// Diagnostics (wrong outputs): WS_DIAG_NO_DECODE, WS_DIAG_NO_FENCE, WS_DIAG_TIMES (the harness prints the waits).
+// an H200 (ws_probe, graphs): the twin at 0.97 / 0.93 / 0.82x cuBLAS at 16 / 32 / 64 rows, DF11 at ~0.54 / 0.53 /
+// 0.46x, where the streaming kernels run DF11 at 0.66x at 16 rows and decode + cuBLAS at ~0.35x above. The producers are
+// the limit (busy 93% of their time, WS_DIAG_TIMES), and in them the loads of codes and sign_mantissa bytes: with them
+// made up (WS_DIAG_NO_LOADS) DF11 runs at 0.93x cuBLAS at 16 rows, decode included. Measured no better and removed: the
+// next stage's inputs in registers, an L2 prefetch of the next group, the inputs brought to shared memory by bulk
+// copies (per sub-step, or a stage's inputs gathered contiguous), a group's stages unrolled, the consumers decoding too.
+// Diagnostics (wrong outputs): WS_DIAG_NO_DECODE, WS_DIAG_NO_LOADS, WS_DIAG_NO_STORE, WS_DIAG_NO_FENCE, WS_DIAG_TIMES
+// (the harness prints the waits).
 //
 // HOST GUARANTEES (what kernels/harness/ws_probe.cu gives, and a library host must): an sm_90a build on a 9.0 device; WS_THREADS
 // threads, dynamic shared memory ws_smem_bytes(RT) (mirrored by the host), two CTAs an SM; rows % 128 == 0, cols % 2048
@@ -143,6 +145,18 @@ __device__ __forceinline__ unsigned long long ws_window8(const uint8_t* escapes,
     const uint32_t w0 = __ldg(words + w), w1 = __ldg(words + w + 1), w2 = __ldg(words + w + 2);
     return ((unsigned long long)__funnelshift_r(w1, w2, sh) << 32) | __funnelshift_r(w0, w1, sh);
 }
+// The producers' loads of codes and sign_mantissa bytes: not kept in L1 (each is read once), L2 fetching 256 bytes
+// (a chunk's next passes). (2% faster than __ldg at 16-64 rows; __ldcg the same as __ldg.)
+__device__ __forceinline__ uint32_t ws_ld(const uint32_t* p) {
+    uint32_t v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint2 ws_ld2(const uint2* p) {
+    uint2 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
 // The escapes among a pass's eight codes (24 bits).
 __device__ __forceinline__ uint32_t ws_escapes(uint32_t c24) { return __popc(c24 & (c24 >> 1) & (c24 >> 2) & 0x249249u); }
 
@@ -223,8 +237,13 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
                 const uint32_t c = chunk_of(grp, u), w0 = 192u * c + 24u * i + ((24u * lane) >> 5);
-                c24[u] = __funnelshift_r(__ldg(pk.codes + w0), __ldg(pk.codes + w0 + 1), sh);
-                sm[u] = __ldg(reinterpret_cast<const uint2*>(sign_mantissa + 2048ull * c + 256 * i + 8 * lane));
+#ifdef WS_DIAG_NO_LOADS   // diagnostic (wrong weights): codes and sign_mantissa bytes made up, not loaded
+                c24[u] = (w0 * 0x9E3779B9u) & 0x6db6dbu;
+                sm[u] = make_uint2(w0, c);
+#else
+                c24[u] = __funnelshift_r(ws_ld(pk.codes + w0), ws_ld(pk.codes + w0 + 1), sh);
+                sm[u] = ws_ld2(reinterpret_cast<const uint2*>(sign_mantissa + 2048ull * c + 256 * i + 8 * lane));
+#endif
             }
         };
         auto stage = [&](int j, const uint32_t(&c24)[4], const uint2(&sm)[4]) {
@@ -275,9 +294,13 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
                     fg_fuse4_rot(sm[u].y, ehi, w[2], w[3]);
                     // Row 8 (2 pw + (u >> 1)) + g of the tile, 16-byte unit 4 (u & 1) + t of its 128 bytes, swizzled.
                     const uint32_t row = 16 * pw + 8 * (u >> 1) + g, unit = (4 * (u & 1) + t) ^ g;
+#ifdef WS_DIAG_NO_STORE   // diagnostic (wrong weights): the decoded weights kept from the compiler, not stored
+                    if (nb < 0 && (w[0] ^ w[1] ^ w[2] ^ w[3]) == row) asm volatile("trap;");
+#else
                     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(st + 128 * row + 16 * unit), "r"(w[0]),
                                  "r"(w[1]), "r"(w[2]), "r"(w[3])
                                  : "memory");
+#endif
                 }
 #if defined(WG_HAVE_WGMMA) && !defined(WS_DIAG_NO_FENCE)
                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // the stores, for wgmma's reads
