@@ -34,15 +34,16 @@
 // Diagnostics (wrong outputs): WS_DIAG_NO_DECODE, WS_DIAG_NO_LOADS, WS_DIAG_NO_STORE, WS_DIAG_NO_FENCE, WS_DIAG_TIMES
 // (the harness prints the waits).
 //
-// HOST GUARANTEES (what kernels/harness/ws_probe.cu gives, and a library host must): an sm_90a build on a 9.0 device; WS_THREADS
-// threads, dynamic shared memory ws_smem_bytes(RT) (mirrored by the host), two CTAs an SM; rows % 128 == 0, cols % 2048
-// == 0, cols * 2 bytes a multiple of 16; 1 <= nb; gridDim = (ceil(nb / RT), rows / 128, splits) with 1 <= splits <= 4 *
-// cols / 2048; xmap a 2D tensor map of x [nb, cols] (BF16, box 64 x RT, 128-byte swizzle, zero fill), wmap (twin) of w
-// [rows, cols] (box 64 x 128, the same); y [nb, rows] BF16; splits > 1: partial holds splits * nb * rows floats,
-// 16-byte aligned, and counters one zero word per tile (ceil(nb / RT) * rows / 128; zero again after the launch).
-// DF11: the member(s) [rows, cols] at base whole, in the tile order, base % 2048 == 0, the tables' row-group bounds g1,
-// g2 multiples of 16 (a tile lies in one member), sign_mantissa, codes, lane_starts and escapes the packed buffers of
-// df11_packed.cuh (escapes padded by 16 bytes).
+// HOST GUARANTEES (what kernels/harness/ws_probe.cu gives, and a library host must): an sm_90a build on a 9.0 device;
+// WS_THREADS threads, dynamic shared memory ws_smem_bytes(RT) (mirrored by the host), two CTAs an SM; cols % 2048 == 0;
+// 1 <= nb, 1 <= rows; gridDim = (ceil(nb / RT), ceil(rows / 128), splits) with 1 <= splits <= 4 * cols / 2048; xmap a
+// 2D tensor map of x [nb, cols] (BF16, box 64 x RT, 128-byte swizzle, zero fill), wmap (twin) of w [rows, cols] (box
+// 64 x 128, the same); y [nb, rows] BF16, 8-byte aligned; splits > 1: partial holds splits * nb * rows floats, 16-byte
+// aligned, and counters one zero word per tile (ceil(nb / RT) * ceil(rows / 128); zero again after the launch). DF11:
+// the member(s) [rows, cols] at base whole, in the tile order (rows % 8 == 0), base % 2048 == 0, the tables' row-group
+// bounds g1, g2 multiples of 16 (a tile lies in one member), sign_mantissa, codes, lane_starts and escapes the packed
+// buffers of df11_packed.cuh (escapes padded by 16 bytes). Arguments: WS_PACKED_ARGS / WS_TWIN_ARGS (the packed ones
+// in the order of the other tensor-core kernels).
 
 #include <stdint.h>
 #include <cuda_bf16.h>
@@ -55,17 +56,23 @@ constexpr int WS_BM = 128, WS_BK = 64, WS_THREADS = 512;
 #define WS_STAGES 4
 #endif
 static_assert((WS_STAGES & (WS_STAGES - 1)) == 0, "WS_STAGES: a power of two");
-// Registers of a producer thread below 64 rows of x tile; the consumers take the rest of two CTAs an SM (64 a thread
-// at launch). At 64 rows the consumers' accumulators need 64: both keep the launch's.
+// Registers of a producer thread below 64 rows of x tile, DF11 and twin; the consumers take the rest of two CTAs an SM
+// (64 a thread at launch). At 64 rows the consumers' accumulators need 64: both keep the launch's. (DF11 at 80: 3.7%
+// faster than at 72 at 9-32 rows, though its consumers spill 8 bytes; the twin at 80: 1.5% slower.)
 #ifndef WS_PRODUCER_REGS
 #define WS_PRODUCER_REGS 80
+#endif
+#ifndef WS_TWIN_PRODUCER_REGS
+#define WS_TWIN_PRODUCER_REGS 72
 #endif
 // Stages a producer warp takes a visit below 64 rows of x tile (1, 2, 4 or 8: a group's eight stages split evenly).
 #ifndef WS_VISIT
 #define WS_VISIT 2
 #endif
-__host__ __device__ constexpr int ws_producer_regs(int rt) { return rt >= 64 ? 64 : WS_PRODUCER_REGS; }
-__host__ __device__ constexpr int ws_consumer_regs(int rt) { return 128 - ws_producer_regs(rt); }
+__host__ __device__ constexpr int ws_producer_regs(int rt, bool twin) {
+    return rt >= 64 ? 64 : twin ? WS_TWIN_PRODUCER_REGS : WS_PRODUCER_REGS;
+}
+__host__ __device__ constexpr int ws_consumer_regs(int rt, bool twin) { return 128 - ws_producer_regs(rt, twin); }
 
 // Dynamic shared memory of a launch: the ring (1024-byte aligned inside: the swizzle's period), its barriers.
 __host__ __device__ constexpr int ws_smem_bytes(int rt) { return WS_STAGES * (WS_BM + rt) * WS_BK * 2 + 16 * WS_STAGES + 1024; }
@@ -198,7 +205,7 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
 
     if (wg < 2) {   // ---- producers
 #ifdef WG_HAVE_WGMMA
-        constexpr int regs = ws_producer_regs(RT);
+        constexpr int regs = ws_producer_regs(RT, TWIN);
         if (regs < 64) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(regs));
         if (regs > 64) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(regs));
 #endif
@@ -215,8 +222,11 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
         const uint32_t t0r = fg_rot(t0), t1r = fg_rot(t1);
         // Sub-step u (0-3) of group grp: row group 2 pw + (u >> 1) of the tile, sub-step 2 j + (u & 1) of chunk k.
         const uint32_t first = (uint32_t)(base >> 11);
+        // (A last tile past the matrix's rows decodes its last row group again there: in bounds, never stored.)
+        const int last_group = rows / 8 - 1;
         auto chunk_of = [&](int grp, int u) -> uint32_t {
-            return first + (uint32_t)(((tile_group + 2 * pw + (u >> 1)) * KC + (grp >> 2)) * 8 + 2 * (grp & 3) + (u & 1));
+            const int group = min(tile_group + 2 * pw + (u >> 1), last_group);
+            return first + (uint32_t)((group * KC + (grp >> 2)) * 8 + 2 * (grp & 3) + (u & 1));
         };
         auto lane_start = [&](uint32_t c) -> uint32_t {
             return __ldg(pk.chunk_escapes + c) + __ldg(pk.lane_starts + 32 * c + lane);
@@ -328,7 +338,7 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
 
     // ---- consumers: warpgroup h takes weight rows 64 h .. + 63 of the tile
 #ifdef WG_HAVE_WGMMA
-    constexpr int regs = ws_consumer_regs(RT);
+    constexpr int regs = ws_consumer_regs(RT, TWIN);
     if (regs > 64) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(regs));
     if (regs < 64) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(regs));
 #endif
@@ -375,12 +385,12 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
             if (whole || xrow < nb) {
                 if (splits == 1) {
                     __nv_bfloat16* yr = y + (size_t)xrow * rows + wrow;
-                    yr[0] = __float2bfloat16_rn(acc[4 * c8 + c]);
-                    yr[8] = __float2bfloat16_rn(acc[4 * c8 + 2 + c]);
+                    if (wrow < rows) yr[0] = __float2bfloat16_rn(acc[4 * c8 + c]);
+                    if (wrow + 8 < rows) yr[8] = __float2bfloat16_rn(acc[4 * c8 + 2 + c]);
                 } else {
                     float* pr = partial + ((size_t)blockIdx.z * nb + xrow) * rows + wrow;
-                    __stcg(pr, acc[4 * c8 + c]);
-                    __stcg(pr + 8, acc[4 * c8 + 2 + c]);
+                    if (wrow < rows) __stcg(pr, acc[4 * c8 + c]);
+                    if (wrow + 8 < rows) __stcg(pr + 8, acc[4 * c8 + 2 + c]);
                 }
             }
         }
@@ -399,7 +409,17 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
     const size_t split_stride = (size_t)nb * rows;
     for (int e = (int)threadIdx.x - 256; e < nr * 32; e += 256) {
         const int xrow = r0 + (e >> 5), col = tm * WS_BM + 4 * (e & 31);
+        if (col >= rows) continue;
         const float* p = partial + (size_t)xrow * rows + col;
+        __nv_bfloat16* yr = y + (size_t)xrow * rows + col;
+        if ((rows & 3) != 0 || col + 4 > rows) {   // a ragged edge: one column at a time, in the same order
+            for (int k = 0; k < 4 && col + k < rows; ++k) {
+                float v = __ldcg(p + k);
+                for (int z = 1; z < splits; ++z) v += __ldcg(p + z * split_stride + k);
+                yr[k] = __float2bfloat16_rn(v);
+            }
+            continue;
+        }
         float4 v = __ldcg(reinterpret_cast<const float4*>(p));
         // Four splits' loads in flight at a time, added in split order.
         for (int z = 1; z < splits; z += 4) {
@@ -417,7 +437,7 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
                 }
         }
         const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-        *reinterpret_cast<uint2*>(y + (size_t)xrow * rows + col) =
+        *reinterpret_cast<uint2*>(yr) =
             make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
     }
     if (threadIdx.x == 256) counters[tile] = 0;
@@ -425,8 +445,8 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
 
 #define WS_PACKED_ARGS                                                                                                 \
     const uint32_t *codes, const uint32_t *chunk_escapes, const uint8_t *lane_starts, uint32_t n_chunks,             \
-        const uint8_t *escapes, uint32_t n_escapes, const uint8_t *sign_mantissa, uint32_t t0, uint32_t t1,         \
-        uint32_t t0b, uint32_t t1b, uint32_t t0c, uint32_t t1c, int g1, int g2, const __grid_constant__ WsMap xmap, \
+        const uint8_t *escapes, uint32_t n_escapes, uint32_t t0, uint32_t t1, uint32_t t0b, uint32_t t1b,           \
+        uint32_t t0c, uint32_t t1c, int g1, int g2, const uint8_t *sign_mantissa, const __grid_constant__ WsMap xmap, \
         __nv_bfloat16 *y, float *partial, uint32_t *counters, int nb, int rows, int cols, long long base
 #define WS_TWIN_ARGS                                                                                                   \
     const __grid_constant__ WsMap wmap, const __grid_constant__ WsMap xmap, __nv_bfloat16 *y, float *partial,       \

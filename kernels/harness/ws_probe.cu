@@ -9,8 +9,10 @@
 // A row count takes the smallest x tile (16, 32, 64 rows) that holds it. Where a product's tiles are fewer than --ctas
 // (default: two an SM), K is split into runs of whole groups (512 columns): the most splits that stay within --ctas
 // CTAs (at least one; at most --max-splits, default 16), or with --fill the fewest that reach --ctas (more than one
-// wave: measured slower for both kernels). Checks: DF11 == twin byte for byte; the twin against cuBLAS within BF16 rounding. Timing: the layer's four
-// products as one CUDA graph, us. Figures: docs/PERFORMANCE.md ("Warp-specialized products").
+// wave: measured slower for both kernels). Checks, at every row count: DF11 == twin byte for byte and the twin against
+// cuBLAS within BF16 rounding, for the layer's products and two more shapes (4024 x 6144: a last tile part past the
+// rows; 1030 x 2048, the twin alone: rows not a multiple of 4). Timing: the layer's four products as one CUDA graph,
+// us. Figures: docs/PERFORMANCE.md ("Warp-specialized products on the packed form").
 
 #include <cmath>
 #include <string>
@@ -48,8 +50,25 @@ static WsMap tensor_map(const void* t, int outer, int inner, int box_rows) {
     return out;
 }
 
+// A matrix of N(0, 0.02) BF16 made on the device, copied to the host.
+static Member synth_member(const char* name, int rows, int cols, uint64_t seed) {
+    Member m;
+    m.name = name;
+    m.rows = rows;
+    m.cols = cols;
+    const size_t n = (size_t)rows * cols;
+    CK(cudaMalloc(&m.w, 2 * n));
+    synth_bf16<<<1024, 256>>>(m.w, n, seed);
+    CK(cudaGetLastError());
+    m.host.resize(n);
+    CK(cudaMemcpy(m.host.data(), m.w, 2 * n, cudaMemcpyDeviceToHost));
+    return m;
+}
+
 struct Prod {
     Member* m;
+    bool timed = true;   // one of the layer's four products (else checked only)
+    bool df11 = true;    // a DF11 form to check (else the twin alone, against cuBLAS)
     WsMap wmap;
     uint16_t *y_twin, *y_df11, *y_cublas;
 };
@@ -60,7 +79,7 @@ static float* g_partial = nullptr;
 static uint32_t* g_counters = nullptr;
 
 static int splits_for(int R, int RT, int N, int K) {
-    const int tiles = ((R + RT - 1) / RT) * (N / WS_BM), groups = 4 * (K / 2048);
+    const int tiles = ((R + RT - 1) / RT) * ((N + WS_BM - 1) / WS_BM), groups = 4 * (K / 2048);
     const int want = g_fit ? g_target_ctas / tiles : (g_target_ctas + tiles - 1) / tiles;
     const int s = std::min(std::min(want, groups), g_max_splits);
     return std::max(s, 1);
@@ -90,12 +109,12 @@ static void launch(const Prod& p, const uint16_t* x, int R, bool df11, cudaStrea
     const Member& m = *p.m;
     const int K = m.cols, N = m.rows, S = splits_for(R, RT, N, K);
     const WsMap xmap = tensor_map(x, R, K, RT);
-    dim3 grid((R + RT - 1) / RT, N / WS_BM, S);
+    dim3 grid((R + RT - 1) / RT, (N + WS_BM - 1) / WS_BM, S);
     __nv_bfloat16* y = reinterpret_cast<__nv_bfloat16*>(df11 ? p.y_df11 : p.y_twin);
     if (df11)
         WsKernels<RT>::df11<<<grid, WS_THREADS, ws_smem_bytes(RT), st>>>(
-            m.codes, m.chunk_escapes, m.lane_starts, m.n_chunks, m.escapes, m.n_escapes, m.sm, m.t0, m.t1, m.t0, m.t1,
-            m.t0, m.t1, 1 << 30, 1 << 30, xmap, y, g_partial, g_counters, R, N, K, 0ll);
+            m.codes, m.chunk_escapes, m.lane_starts, m.n_chunks, m.escapes, m.n_escapes, m.t0, m.t1, m.t0, m.t1, m.t0,
+            m.t1, 1 << 30, 1 << 30, m.sm, xmap, y, g_partial, g_counters, R, N, K, 0ll);
     else
         WsKernels<RT>::twin<<<grid, WS_THREADS, ws_smem_bytes(RT), st>>>(p.wmap, xmap, y, g_partial, g_counters, R, N, K);
 }
@@ -130,15 +149,23 @@ int main(int argc, char** argv) {
         printf("ws_gemm 64: DF11 %d registers, %zu B local; twin %d registers, %zu B local\n", fa.numRegs,
                (size_t)fa.localSizeBytes, fb.numRegs, (size_t)fb.localSizeBytes);
     }
+    // The layer's four products, then two checked only: rows that leave a last 128-row tile part empty (DF11 and
+    // twin), and rows that are not a multiple of 4 (the twin alone: the tile order needs rows % 8 == 0).
     std::vector<Member> ms = qwen3_layer(0x7654321ull);
-    pack_members(ms, [](const Member& m, uint32_t q, int r) {
+    ms.push_back(synth_member("ragged", 4024, 6144, 0x5151ull));
+    ms.push_back(synth_member("odd", 1030, 2048, 0x5252ull));
+    std::vector<Member> packed(ms.begin(), ms.end() - 1);
+    pack_members(packed, [](const Member& m, uint32_t q, int r) {
         return (size_t)tile_original_host(2048u * q + (uint32_t)r, (uint32_t)m.cols);
     });
+    for (size_t k = 0; k + 1 < ms.size(); ++k) ms[k] = std::move(packed[k]);
     const int max_rows = *std::max_element(rows_list.begin(), rows_list.end());
     std::vector<Prod> ps(ms.size());
     for (size_t k = 0; k < ms.size(); ++k) {
         Prod& p = ps[k];
         p.m = &ms[k];
+        p.timed = k < 4;
+        p.df11 = k + 1 < ms.size();
         p.wmap = tensor_map(ms[k].w, ms[k].rows, ms[k].cols, WS_BM);
         for (uint16_t** y : {&p.y_twin, &p.y_df11, &p.y_cublas}) CK(cudaMalloc(y, 2 * (size_t)max_rows * ms[k].rows));
     }
@@ -184,14 +211,14 @@ int main(int argc, char** argv) {
             CK(cudaMemsetAsync(p.y_df11, 0xee, 2 * n, st));
             cublas(p);
             run(p, false);
-            run(p, true);
+            if (p.df11) run(p, true);
             CK(cudaGetLastError());
             std::vector<uint16_t> yt(n), yd(n), yc(n);
             CK(cudaMemcpyAsync(yt.data(), p.y_twin, 2 * n, cudaMemcpyDeviceToHost, st));
             CK(cudaMemcpyAsync(yd.data(), p.y_df11, 2 * n, cudaMemcpyDeviceToHost, st));
             CK(cudaMemcpyAsync(yc.data(), p.y_cublas, 2 * n, cudaMemcpyDeviceToHost, st));
             CK(cudaStreamSynchronize(st));
-            const bool same = memcmp(yt.data(), yd.data(), 2 * n) == 0;
+            const bool same = !p.df11 || memcmp(yt.data(), yd.data(), 2 * n) == 0;
             double worst = 0, scale = 0;
             for (size_t i = 0; i < n; ++i) {
                 const double d = fabsf(bf16_to_f(yt[i]) - bf16_to_f(yc[i]));
@@ -205,15 +232,16 @@ int main(int argc, char** argv) {
                           (close ? "" : ": twin far from cuBLAS (" + std::to_string(worst) + " of " +
                                             std::to_string(scale) + ")");
         }
-        const float tc = time_graph(st, iters, [&] { for (auto& p : ps) cublas(p); });
-        const float tt = time_graph(st, iters, [&] { for (auto& p : ps) run(p, false); });
-        const float td = time_graph(st, iters, [&] { for (auto& p : ps) run(p, true); });
+        const float tc = time_graph(st, iters, [&] { for (auto& p : ps) if (p.timed) cublas(p); });
+        const float tt = time_graph(st, iters, [&] { for (auto& p : ps) if (p.timed) run(p, false); });
+        const float td = time_graph(st, iters, [&] { for (auto& p : ps) if (p.timed) run(p, true); });
         printf("%3d rows (RT %2d): cuBLAS %6.1f  twin %6.1f (%.3fx cuBLAS)  DF11 %6.1f (%.3fx cuBLAS, %.3fx twin)  %s\n", R,
                RT, tc, tt, tc / tt, td, tc / td, tt / td, checks.empty() ? "(DF11 == twin, twin ~ cuBLAS)" : checks.c_str());
 #ifdef WS_DIAG_TIMES
         // Where the warps wait (one launch of each product and kernel, summed over warps, in 10^6 cycles).
         for (auto& p : ps)
             for (bool df11 : {false, true}) {
+                if (!p.timed) continue;
                 unsigned long long zero[4] = {}, c[4];
                 CK(cudaMemcpyToSymbol(ws_diag_cycles, zero, sizeof zero));
                 run(p, df11);
@@ -225,6 +253,7 @@ int main(int argc, char** argv) {
 #endif
         if (per_product)
             for (auto& p : ps) {
+                if (!p.timed) continue;
                 const float c = time_graph(st, iters, [&] { cublas(p); });
                 const float t1 = time_graph(st, iters, [&] { run(p, false); });
                 const float d1 = time_graph(st, iters, [&] { run(p, true); });
