@@ -21,9 +21,10 @@ fn main() {
         "df11_tc",
         "df11_tc_stream",
     ];
-    // The panel and warpgroup kernels: only with the `experimental-kernels` feature.
+    // The panel, warpgroup and warp-specialized kernels: only with the `experimental-kernels`
+    // feature.
     if std::env::var_os("CARGO_FEATURE_EXPERIMENTAL_KERNELS").is_some() {
-        names.extend(["df11_tc_panel", "df11_tc_wg"]);
+        names.extend(["df11_tc_panel", "df11_tc_wg", "df11_ws_gemm"]);
     }
     let headers = [
         "df11_escape_table.cuh",

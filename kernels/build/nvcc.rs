@@ -67,10 +67,10 @@ impl Build {
     fn compile(&self, name: &str) {
         let src = self.kernels.join(format!("{name}.cu"));
         println!("cargo:rerun-if-changed={}", src.display());
-        // The warpgroup kernels' wgmma, mbarrier and bulk copies exist only on the arch-specific
-        // 9.0 target (`sm_90a`); on any other target they compile to traps and are never
-        // launched (`df11-candle/src/cuda/forms/packed/tc_wg.rs`).
-        let cap = if name == "df11_tc_wg" && self.cap == "90" {
+        // The warpgroup and warp-specialized kernels' wgmma, mbarrier, bulk copies and TMA exist
+        // only on the arch-specific 9.0 target (`sm_90a`); on any other target they compile to
+        // traps and are never launched (`df11-candle/src/cuda/forms/packed/{tc_wg,ws}.rs`).
+        let cap = if matches!(name, "df11_tc_wg" | "df11_ws_gemm") && self.cap == "90" {
             "90a"
         } else {
             self.cap.as_str()

@@ -137,4 +137,4 @@ pub use nn::backend::Df11Backend;
 pub use nn::group::{Df11Group, UnitPlacement};
 pub use nn::linear::{Df11Embedding, Df11Linear};
 pub use nn::weights::{stacks_projections, Embedding, Linear, ModelWeights, WeightFormat};
-pub use options::{DebugSync, Df11Options, WgUse};
+pub use options::{DebugSync, Df11Options, WgUse, WsUse};

@@ -115,6 +115,21 @@ pub enum WgUse {
     All,
 }
 
+/// When the warp-specialized kernels take a product (`kernels/df11_ws_gemm.cu`, `sm_90a` builds
+/// on compute capability 9.0 GPUs, widths of whole 2048-column chunks). They sum in their own
+/// order, so a DF11 model and its BF16 original take them alike; measured against the default
+/// path on an H200 (docs/PERFORMANCE.md), DF11 gains from 17 rows (they beat decode + cuBLAS)
+/// and BF16 loses there (their twin is below cuBLAS), hence off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WsUse {
+    /// Never.
+    Off,
+    /// From 17 to 64 rows.
+    On,
+    /// From 9 to 64 rows (measurements: at 9-16 rows the streaming kernels are faster for DF11).
+    All,
+}
+
 /// Extra synchronisation points for looking for a race: results must not change; if they do, a
 /// race is in the part they order.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -155,6 +170,9 @@ pub struct Df11Options {
     /// When the warpgroup kernels take a product (`DF11_TC_WG`). Needs the
     /// `experimental-kernels` feature.
     pub warpgroup: WgUse,
+    /// When the warp-specialized kernels take a product (`DF11_TC_WS`). Needs the
+    /// `experimental-kernels` feature.
+    pub warp_specialized: WsUse,
     /// Programmatic dependent launches on sm_90+ (`DF11_PDL`), for the kernels that wait for
     /// their predecessor with `griddepcontrol`.
     pub pdl: bool,
@@ -187,6 +205,7 @@ impl Default for Df11Options {
             streaming: true,
             panel: false,
             warpgroup: WgUse::Off,
+            warp_specialized: WsUse::Off,
             pdl: true,
             gpu_pack: true,
             staged_copy: true,
@@ -208,6 +227,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("DF11_TC_STREAM", "on, off"),
     ("DF11_TC_PANEL", "off, on"),
     ("DF11_TC_WG", "off, on, all"),
+    ("DF11_TC_WS", "off, on, all"),
     ("DF11_PDL", "on, off"),
     ("DF11_GPU_PACK", "on, off"),
     ("DF11_STAGED_COPY", "on, off"),
@@ -237,11 +257,12 @@ impl Df11Options {
     /// kernels without the `experimental-kernels` feature. Loads check it
     /// ([`crate::ModelWeights::open_with`], [`crate::Df11Group::new`]).
     pub fn check(&self) -> Result<(), String> {
-        let experimental = self.panel || self.warpgroup != WgUse::Off;
+        let experimental =
+            self.panel || self.warpgroup != WgUse::Off || self.warp_specialized != WsUse::Off;
         if experimental && !cfg!(feature = "experimental-kernels") {
             return Err(
-                "the panel and warpgroup kernels (DF11_TC_PANEL, DF11_TC_WG) need \
-                        df11-candle's `experimental-kernels` feature"
+                "the panel, warpgroup and warp-specialized kernels (DF11_TC_PANEL, DF11_TC_WG, \
+                        DF11_TC_WS) need df11-candle's `experimental-kernels` feature"
                     .into(),
             );
         }
@@ -272,6 +293,13 @@ impl Df11Options {
                     name,
                     value,
                     &[("off", WgUse::Off), ("on", WgUse::On), ("all", WgUse::All)],
+                )?
+            }
+            "DF11_TC_WS" => {
+                self.warp_specialized = pick(
+                    name,
+                    value,
+                    &[("off", WsUse::Off), ("on", WsUse::On), ("all", WsUse::All)],
                 )?
             }
             "DF11_PDL" => self.pdl = switch(value)?,
@@ -360,6 +388,7 @@ mod tests {
             ("DF11_TC_STREAM", "0"),
             ("DF11_TC_PANEL", "on"),
             ("DF11_TC_WG", "all"),
+            ("DF11_TC_WS", "on"),
             ("DF11_PDL", "false"),
             ("DF11_GPU_PACK", "0"),
             ("DF11_STAGED_COPY", "0"),
@@ -379,6 +408,7 @@ mod tests {
             streaming: false,
             panel: true,
             warpgroup: WgUse::All,
+            warp_specialized: WsUse::On,
             pdl: false,
             gpu_pack: false,
             staged_copy: false,
@@ -397,12 +427,15 @@ mod tests {
     fn the_experimental_kernels_need_their_feature() {
         let panel = Df11Options::from_vars(vars(&[("DF11_TC_PANEL", "on")]));
         let wg = Df11Options::from_vars(vars(&[("DF11_TC_WG", "all")]));
+        let ws = Df11Options::from_vars(vars(&[("DF11_TC_WS", "all")]));
         if cfg!(feature = "experimental-kernels") {
             assert!(panel.unwrap().panel);
             assert_eq!(wg.unwrap().warpgroup, WgUse::All);
+            assert_eq!(ws.unwrap().warp_specialized, WsUse::All);
         } else {
             assert!(panel.unwrap_err().contains("experimental-kernels"));
             assert!(wg.unwrap_err().contains("experimental-kernels"));
+            assert!(ws.unwrap_err().contains("experimental-kernels"));
         }
     }
 

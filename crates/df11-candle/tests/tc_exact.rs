@@ -460,3 +460,53 @@ fn whole_tiled_members_decode_to_the_original() {
     assert!(all == w, "whole-unit decode differs");
     g.check_status().unwrap();
 }
+
+/// The warp-specialized kernels (`kernels/df11_ws_gemm.cu`, `DF11_TC_WS`, Hopper `sm_90a`
+/// builds; elsewhere the streaming kernels run and the test checks them again): DF11 and its twin
+/// bit for bit at 9-64 rows, close to the reference, over tiled members of widths in whole chunks:
+/// rows that leave a last 128-row tile part empty (136, 40), several tiles and splits of K
+/// (256 x 6144), and escape-heavy members (beyond the held escapes of a lane).
+#[cfg(feature = "experimental-kernels")]
+#[test]
+fn warp_specialized_products_keep_df11_and_its_twin_alike() {
+    use df11_candle::WsUse;
+    let options = Df11Options {
+        warp_specialized: WsUse::All,
+        ..fused_tiled(ExponentForm::Packed, TileMembers::Chunked)
+    };
+    let device = common::device();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
+    let shapes = [(136, 4096), (256, 6144), (40, 2048), (64, 2048), (64, 2048)];
+    let mut members = Vec::new();
+    for &(rows, cols) in &shapes[..3] {
+        members.push(synth::normal_bf16(rows * cols, 0.02, rng.gen()));
+    }
+    members.push(escape_heavy(shapes[3].0, 200..=255, &mut rng));
+    members.push(escape_heavy(shapes[4].0, 40..=120, &mut rng));
+    let bytes: Vec<&[u8]> = members.iter().map(|w| bytemuck::cast_slice(w)).collect();
+    let enc = encode_unit(&bytes).unwrap();
+    let t = enc.tensors();
+    let layout = UnitLayout::validate(&t).unwrap();
+    let names = (0..shapes.len()).map(|i| format!("w{i}.weight")).collect();
+    let placement = UnitPlacement {
+        options,
+        offloaded: false,
+        shapes: shapes.iter().copied().map(Some).collect(),
+    };
+    let g = Df11Group::new("ws", names, &t, layout, &device, &placement).unwrap();
+    for (i, &(rows, cols)) in shapes.iter().enumerate() {
+        let fused = Df11Linear::new(g.clone(), i, rows, cols, None, DType::BF16)
+            .unwrap()
+            .with_options(options);
+        let twin = fused.clone().decoded().unwrap().with_options(options);
+        for batch in [9, 16, 17, 24, 33, 48, 64] {
+            let (xh, x) = random_x(&mut rng, batch, cols, &device);
+            let what = format!("member {i} [{rows}, {cols}] batch {batch}");
+            let d = fused.forward(&x).unwrap();
+            let b = twin.forward(&x).unwrap();
+            assert!(bits(&d) == bits(&b), "{what}: DF11 differs from its twin");
+            check_against_reference(&d, &xh, &members[i], rows, cols, &what);
+        }
+    }
+    g.check_status().unwrap();
+}

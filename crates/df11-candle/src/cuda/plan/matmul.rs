@@ -107,6 +107,11 @@ pub fn fused_plan(
             Some(FusedKernel::TensorCore)
         }
         (MatmulPath::Auto, true)
+            if rows <= TC_LIMIT_ROWS && warp_specialized_takes(rows, cols, device, options) =>
+        {
+            Some(FusedKernel::TensorCore)
+        }
+        (MatmulPath::Auto, true)
             if rows <= TC_LIMIT_ROWS && warpgroup_takes(rows, cols, device, options) =>
         {
             Some(FusedKernel::TensorCore)
@@ -134,6 +139,26 @@ pub fn warpgroup_takes(rows: usize, cols: usize, device: &Device, options: &Df11
     if let Device::Cuda(d) = device {
         return options.tiles.tiles_whole_chunks(cols)
             && crate::cuda::packed::tc_wg::takes(d, cols, rows, options).unwrap_or(false);
+    }
+    let _ = (rows, cols, device, options);
+    false
+}
+
+/// Whether the warp-specialized kernels (`kernels/df11_ws_gemm.cu`: an `sm_90a` build on a
+/// compute capability 9.0 GPU, widths of whole 2048-column chunks that the options tile) take a
+/// product with `rows` rows of input and `cols` columns on `device`. Only where
+/// [`Df11Options::warp_specialized`] turns them on (off by default: they speed DF11 up from 17
+/// rows and slow BF16 down, docs/PERFORMANCE.md), in builds with the `experimental-kernels`
+/// feature. For both formats alike: they sum in their own order.
+pub fn warp_specialized_takes(
+    rows: usize,
+    cols: usize,
+    device: &Device,
+    options: &Df11Options,
+) -> bool {
+    #[cfg(feature = "experimental-kernels")]
+    if let Device::Cuda(d) = device {
+        return crate::cuda::packed::ws::takes(d, cols, rows, options).unwrap_or(false);
     }
     let _ = (rows, cols, device, options);
     false

@@ -17,7 +17,7 @@ use crate::cuda::launch::{
 use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::packed::kernels::PackedBuffers;
 #[cfg(feature = "experimental-kernels")]
-use crate::cuda::packed::{tc_panel, tc_wg};
+use crate::cuda::packed::{tc_panel, tc_wg, ws};
 use crate::cuda::pdl::{self, RawArgs};
 
 mod stream;
@@ -75,6 +75,20 @@ enum TcMatrix {
     Stacked(Vec<([u32; 2], usize)>),
 }
 
+/// The row groups (of 8 rows) where the second and third of stacked members begin (`i32::MAX`:
+/// none): the streaming kernel's `g1`, `g2`.
+fn stacked_bounds(members: &[([u32; 2], usize)]) -> (i32, i32) {
+    let mut bounds = [i32::MAX; 2];
+    let mut groups = 0;
+    for (i, (_, member_rows)) in members.iter().enumerate() {
+        if i > 0 {
+            bounds[i - 1] = groups as i32;
+        }
+        groups += member_rows / 8;
+    }
+    (bounds[0], bounds[1])
+}
+
 impl PackedTcOp<'_> {
     fn matrix(&self) -> Option<TcMatrix> {
         let (u, base, rows, cols) = (self.unit, self.base, self.rows, self.cols);
@@ -93,6 +107,21 @@ impl PackedTcOp<'_> {
     /// Whether every sub-step of the (tiled) matrix is a whole chunk of the packed form.
     fn whole_chunks(&self) -> bool {
         self.cols.is_multiple_of(2048) && self.base.is_multiple_of(2048)
+    }
+
+    /// Whether the warp-specialized DF11 kernel reads the matrix: whole tiled members in whole
+    /// chunks whose tables change on its tiles' boundaries.
+    #[cfg(feature = "experimental-kernels")]
+    fn ws_fits(&self) -> bool {
+        self.whole_chunks()
+            && match self.matrix() {
+                Some(TcMatrix::Member { tiled, .. }) => tiled,
+                Some(TcMatrix::Stacked(members)) => {
+                    let (g1, g2) = stacked_bounds(&members);
+                    ws::fits(g1, g2)
+                }
+                None => false,
+            }
     }
 
     /// Whether the streaming or panel kernel may take a tiled matrix (one member or stacked) at
@@ -118,6 +147,12 @@ impl PackedTcOp<'_> {
     /// Whether the op takes the matrix `[rows, cols]` at `base` of `unit` at `nb` rows of input
     /// on `dev`: a part of one member, or stacked members where the streaming kernel runs.
     pub(crate) fn takes(&self, nb: usize, dev: &CudaDevice) -> candle_core::Result<bool> {
+        // Where the plan takes the warp-specialized kernels (for both formats), a matrix their
+        // DF11 kernel cannot read is decoded for the twin's: the same bits as a BF16 model's.
+        #[cfg(feature = "experimental-kernels")]
+        if ws::takes(dev, self.cols, nb, &self.options)? {
+            return Ok(self.ws_fits());
+        }
         Ok(match self.matrix() {
             Some(TcMatrix::Member { .. }) => true,
             Some(TcMatrix::Stacked(_)) => self.streams(nb, dev)?,
@@ -154,16 +189,11 @@ impl CudaOp2 for PackedTcOp<'_> {
             TcMatrix::Member { table, tiled } => ([*table; 3], i32::MAX, i32::MAX, *tiled),
             TcMatrix::Stacked(members) => {
                 let mut tables = [members[0].0; 3];
-                let mut bounds = [i32::MAX; 2];
-                let mut groups = 0;
-                for (i, (table, member_rows)) in members.iter().enumerate() {
+                for (i, (table, _)) in members.iter().enumerate() {
                     tables[i] = *table;
-                    if i > 0 {
-                        bounds[i - 1] = groups as i32;
-                    }
-                    groups += member_rows / 8;
                 }
-                (tables, bounds[0], bounds[1], true)
+                let (g1, g2) = stacked_bounds(members);
+                (tables, g1, g2, true)
             }
         };
         let o = &self.options;
@@ -172,6 +202,30 @@ impl CudaOp2 for PackedTcOp<'_> {
         let sm = sm.as_cuda_slice::<u8>()?;
         // Tiled members whose sub-steps are whole packed chunks: the warpgroup or panel kernel
         // where the options turn them on, else the streaming kernel (the same output).
+        #[cfg(feature = "experimental-kernels")]
+        if ws::takes(&dev, cols, nb, o)? {
+            // The plan takes the warp-specialized kernels here for both formats (`takes` sent a
+            // matrix they cannot read to the twin).
+            if !(tiled && self.whole_chunks() && ws::fits(g1, g2)) {
+                candle_core::bail!(
+                    "df11: the warp-specialized kernel cannot read the [{rows}, {cols}] matrix at element {base}"
+                );
+            }
+            let matrix = tc_panel::PanelMatrix {
+                unit: u,
+                sign_mantissa: sm,
+                tables,
+                g1,
+                g2,
+                base,
+            };
+            if let Some(out) = ws::df11(&dev, &matrix, &xv, rows, cols, nb, o)? {
+                return Ok((
+                    CudaStorage::wrap_cuda_slice(out, dev),
+                    Shape::from((nb, rows)),
+                ));
+            }
+        }
         #[cfg(feature = "experimental-kernels")]
         if tiled && self.whole_chunks() {
             let matrix = tc_panel::PanelMatrix {
@@ -290,6 +344,13 @@ impl CudaOp2 for TwinTcOp {
         let tiling = TcTiling::new(rows, cols, nb, o.tiles)?;
         let wv = bf16_view(w, w_l, "the weight")?;
         let xv = bf16_view(x, x_l, "x")?;
+        #[cfg(feature = "experimental-kernels")]
+        if let Some(out) = ws::twin(&dev, &wv, &xv, rows, cols, nb, o)? {
+            return Ok((
+                CudaStorage::wrap_cuda_slice(out, dev),
+                Shape::from((nb, rows)),
+            ));
+        }
         #[cfg(feature = "experimental-kernels")]
         {
             let wg = tc_wg::twin(&dev, &tiling, &wv, &xv, rows, cols, nb, o)?;
