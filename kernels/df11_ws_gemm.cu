@@ -24,7 +24,8 @@
 // chunk_escapes[c] + lane_starts[32 c + L] (df11_packed.cuh) taken in pass order: the lane reads eight of them at the
 // group's start and shifts them out as its passes use them, re-reading at its cursor when they run out.
 //
-// STATUS (docs/PERFORMANCE.md, "Warp-specialized products on the packed form"): not in the library. A Qwen3-8B layer on
+// STATUS (docs/PERFORMANCE.md, "Warp-specialized products on the packed form"): in the library behind DF11_TC_WS (off
+// by default; crates/df11-candle/src/cuda/forms/packed/ws.rs). A Qwen3-8B layer on
 // an H200 (ws_probe, graphs): the twin at 0.97 / 0.93 / 0.82x cuBLAS at 16 / 32 / 64 rows, DF11 at ~0.54 / 0.53 /
 // 0.46x, where the streaming kernels run DF11 at 0.66x at 16 rows and decode + cuBLAS at ~0.35x above. The producers are
 // the limit (busy 93% of their time, WS_DIAG_TIMES), and in them the loads of codes and sign_mantissa bytes: with them
@@ -34,7 +35,7 @@
 // Diagnostics (wrong outputs): WS_DIAG_NO_DECODE, WS_DIAG_NO_LOADS, WS_DIAG_NO_STORE, WS_DIAG_NO_FENCE, WS_DIAG_TIMES
 // (the harness prints the waits).
 //
-// HOST GUARANTEES (what kernels/harness/ws_probe.cu gives, and a library host must): an sm_90a build on a 9.0 device;
+// HOST GUARANTEES (crates/df11-candle/src/cuda/forms/packed/ws.rs, kernels/harness/ws_probe.cu): an sm_90a build on a 9.0 device;
 // WS_THREADS threads, dynamic shared memory ws_smem_bytes(RT) (mirrored by the host), two CTAs an SM; cols % 2048 == 0;
 // 1 <= nb, 1 <= rows; gridDim = (ceil(nb / RT), ceil(rows / 128), splits) with 1 <= splits <= 4 * cols / 2048; xmap a
 // 2D tensor map of x [nb, cols] (BF16, box 64 x RT, 128-byte swizzle, zero fill), wmap (twin) of w [rows, cols] (box
