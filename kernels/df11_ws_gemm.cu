@@ -25,26 +25,26 @@
 // group's start and shifts them out as its passes use them, re-reading at its cursor when they run out.
 //
 // STATUS (docs/PERFORMANCE.md, "Warp-specialized products on the packed form"): in the library behind DF11_TC_WS (off
-// by default; crates/df11-candle/src/cuda/forms/packed/ws.rs). A Qwen3-8B layer on
-// an H200 (ws_probe, graphs): the twin at 0.97 / 0.93 / 0.82x cuBLAS at 16 / 32 / 64 rows, DF11 at ~0.54 / 0.53 /
-// 0.46x, where the streaming kernels run DF11 at 0.66x at 16 rows and decode + cuBLAS at ~0.35x above. The producers are
-// the limit (busy 93% of their time, WS_DIAG_TIMES), and in them the loads of codes and sign_mantissa bytes: with them
-// made up (WS_DIAG_NO_LOADS) DF11 runs at 0.93x cuBLAS at 16 rows, decode included. Measured no better and removed: the
-// next stage's inputs in registers, an L2 prefetch of the next group, the inputs brought to shared memory by bulk
-// copies (per sub-step, or a stage's inputs gathered contiguous), a group's stages unrolled, the consumers decoding too.
-// Diagnostics (wrong outputs): WS_DIAG_NO_DECODE, WS_DIAG_NO_LOADS, WS_DIAG_NO_STORE, WS_DIAG_NO_FENCE, WS_DIAG_TIMES
-// (the harness prints the waits).
+// by default; crates/df11-candle/src/cuda/forms/packed/ws.rs). A Qwen3-8B layer on an H200 (ws_probe, graphs): the twin
+// at 0.97 / 0.93 / 0.82x cuBLAS at 16 / 32 / 64 rows, DF11 at ~0.54 / 0.53 / 0.46x, where the streaming kernels run
+// DF11 at 0.66x at 16 rows and decode + cuBLAS at ~0.35x above. The producers are the limit (busy 93% of their time,
+// WS_DIAG_TIMES), and in them the loads of codes and sign_mantissa bytes: with them made up (WS_DIAG_NO_LOADS) DF11
+// runs at 0.93x cuBLAS at 16 rows, decode included. Measured no better and removed: the next stage's inputs in
+// registers, an L2 prefetch of the next group, the inputs brought to shared memory by bulk copies (per sub-step, or a
+// stage's inputs gathered contiguous), a group's stages unrolled, the consumers decoding too. Diagnostics (wrong
+// outputs): WS_DIAG_NO_DECODE, WS_DIAG_NO_LOADS, WS_DIAG_NO_STORE, WS_DIAG_NO_FENCE, WS_DIAG_TIMES (the harness prints
+// the waits).
 //
-// HOST GUARANTEES (crates/df11-candle/src/cuda/forms/packed/ws.rs, kernels/harness/ws_probe.cu): an sm_90a build on a 9.0 device;
-// WS_THREADS threads, dynamic shared memory ws_smem_bytes(RT) (mirrored by the host), two CTAs an SM; cols % 2048 == 0;
-// 1 <= nb, 1 <= rows; gridDim = (ceil(nb / RT), ceil(rows / 128), splits) with 1 <= splits <= 4 * cols / 2048; xmap a
-// 2D tensor map of x [nb, cols] (BF16, box 64 x RT, 128-byte swizzle, zero fill), wmap (twin) of w [rows, cols] (box
-// 64 x 128, the same); y [nb, rows] BF16, 8-byte aligned; splits > 1: partial holds splits * nb * rows floats, 16-byte
-// aligned, and counters one zero word per tile (ceil(nb / RT) * ceil(rows / 128); zero again after the launch). DF11:
-// the member(s) [rows, cols] at base whole, in the tile order (rows % 8 == 0), base % 2048 == 0, the tables' row-group
-// bounds g1, g2 multiples of 16 (a tile lies in one member), sign_mantissa, codes, lane_starts and escapes the packed
-// buffers of df11_packed.cuh (escapes padded by 16 bytes). Arguments: WS_PACKED_ARGS / WS_TWIN_ARGS (the packed ones
-// in the order of the other tensor-core kernels).
+// HOST GUARANTEES (crates/df11-candle/src/cuda/forms/packed/ws.rs, kernels/harness/ws_probe.cu): an sm_90a build on a
+// 9.0 device; WS_THREADS threads, dynamic shared memory ws_smem_bytes(RT) (mirrored by the host), two CTAs an SM; cols
+// % 2048 == 0; 1 <= nb, 1 <= rows; gridDim = (ceil(nb / RT), ceil(rows / 128), splits) with 1 <= splits <= 4 * cols /
+// 2048; xmap a 2D tensor map of x [nb, cols] (BF16, box 64 x RT, 128-byte swizzle, zero fill), wmap (twin) of w [rows,
+// cols] (box 64 x 128, the same); y [nb, rows] BF16, 8-byte aligned; splits > 1: partial holds splits * nb * rows
+// floats, 16-byte aligned, and counters one zero word per tile (ceil(nb / RT) * ceil(rows / 128); zero again after the
+// launch). DF11: the member(s) [rows, cols] at base whole, in the tile order (rows % 8 == 0), base % 2048 == 0, the
+// tables' row-group bounds g1, g2 multiples of 16 (a tile lies in one member), sign_mantissa, codes, lane_starts and
+// escapes the packed buffers of df11_packed.cuh (escapes padded by 16 bytes). Arguments: WS_PACKED_ARGS / WS_TWIN_ARGS
+// (the packed ones in the order of the other tensor-core kernels).
 
 #include <stdint.h>
 #include <cuda_bf16.h>
