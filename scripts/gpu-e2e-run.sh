@@ -46,7 +46,8 @@ bench() {  # <label> <args...>
 if [ -z "${E2E_OFFICIAL_ONLY:-}" ]; then
   batches=${E2E_BATCHES:-"1 8"}; [ -n "${E2E_QUICK:-}" ] && batches=1
   # E2E_FORMATS="df11" runs our DF11 rows only (the BF16 and stock rows need the time);
-  # "bf16-cublas" adds BF16 rows with every product through cuBLAS.
+  # "bf16-cublas" adds BF16 rows with every product through cuBLAS; "df11-ws bf16-ws" rows with
+  # the warp-specialized products.
   formats=${E2E_FORMATS:-"df11 bf16 stock"}
   for batch in $batches; do
     for fmt in $formats; do
@@ -56,6 +57,10 @@ if [ -z "${E2E_OFFICIAL_ONLY:-}" ]; then
         # Every BF16 product through cuBLAS (--matmul decode): what our BF16 path is held to.
         bf16-cublas) bench "bf16 b$batch ctx512 cublas" --model-dir "$WORK/bf16" --bf16 --matmul decode --batch "$batch" ;;
         stock) bench "stock b$batch ctx512" --model-dir "$WORK/bf16" --stock --batch "$batch" ;;
+        # The warp-specialized products at 17-64 rows (DF11_TC_WS=on, off by default), for both
+        # formats: their own summation order, so DF11 == BF16 is checked within the pair.
+        df11-ws) DF11_TC_WS=on bench "df11 b$batch ctx512 ws" --model-dir "$WORK/df11" --batch "$batch" ;;
+        bf16-ws) DF11_TC_WS=on bench "bf16 b$batch ctx512 ws" --model-dir "$WORK/bf16" --bf16 --batch "$batch" ;;
       esac
     done
   done
