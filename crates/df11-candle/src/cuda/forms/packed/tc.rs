@@ -200,12 +200,10 @@ impl CudaOp2 for PackedTcOp<'_> {
         let tiling = TcTiling::new(rows, cols, nb, o.tiles)?;
         let xv = bf16_view(x, x_l, "x")?;
         let sm = sm.as_cuda_slice::<u8>()?;
-        // Tiled members whose sub-steps are whole packed chunks: the warpgroup or panel kernel
-        // where the options turn them on, else the streaming kernel (the same output).
+        // The warp-specialized kernels where the plan takes them, for both formats (`takes` sent
+        // a matrix they cannot read to the twin).
         #[cfg(feature = "experimental-kernels")]
         if ws::takes(&dev, cols, nb, o)? {
-            // The plan takes the warp-specialized kernels here for both formats (`takes` sent a
-            // matrix they cannot read to the twin).
             if !(tiled && self.whole_chunks() && ws::fits(g1, g2)) {
                 candle_core::bail!(
                     "df11: the warp-specialized kernel cannot read the [{rows}, {cols}] matrix at element {base}"
@@ -226,6 +224,8 @@ impl CudaOp2 for PackedTcOp<'_> {
                 ));
             }
         }
+        // Tiled members whose sub-steps are whole packed chunks: the warpgroup or panel kernel
+        // where the options turn them on, else the streaming kernel (the same output).
         #[cfg(feature = "experimental-kernels")]
         if tiled && self.whole_chunks() {
             let matrix = tc_panel::PanelMatrix {
@@ -344,6 +344,7 @@ impl CudaOp2 for TwinTcOp {
         let tiling = TcTiling::new(rows, cols, nb, o.tiles)?;
         let wv = bf16_view(w, w_l, "the weight")?;
         let xv = bf16_view(x, x_l, "x")?;
+        // The warp-specialized kernels where the plan takes them (as for DF11).
         #[cfg(feature = "experimental-kernels")]
         if let Some(out) = ws::twin(&dev, &wv, &xv, rows, cols, nb, o)? {
             return Ok((
