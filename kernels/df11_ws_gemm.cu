@@ -93,58 +93,11 @@ __device__ __forceinline__ void ws_tma_2d(uint32_t dst, const WsMap* map, int c0
         : "memory");
 #endif
 }
-__device__ __forceinline__ void ws_bar_arrive(uint64_t* bar) {
-#ifdef WG_HAVE_WGMMA
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(wg_smem_addr(bar)) : "memory");
-#endif
-}
 // A K-major operand with the 128-byte swizzle: rows of 128 bytes (64 BF16), 8-row groups 1024 bytes apart. A k16 step
 // inside the 64 columns is 32 bytes more on the start address.
 __device__ __forceinline__ uint64_t ws_desc(uint32_t saddr) {
     return (uint64_t)((saddr & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
 }
-// wgmma m64nNk16, A and B by descriptor; scale_d 0 zeroes the accumulators first.
-template <int N>
-__device__ __forceinline__ void ws_mma(float (&d)[N / 2], uint64_t ad, uint64_t bd, int scale_d);
-template <>
-__device__ __forceinline__ void ws_mma<16>(float (&d)[8], uint64_t ad, uint64_t bd, int scale_d) {
-#ifdef WG_HAVE_WGMMA
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "l"(ad), "l"(bd), "r"(scale_d));
-#endif
-}
-template <>
-__device__ __forceinline__ void ws_mma<32>(float (&d)[16], uint64_t ad, uint64_t bd, int scale_d) {
-#ifdef WG_HAVE_WGMMA
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(ad), "l"(bd), "r"(scale_d));
-#endif
-}
-template <>
-__device__ __forceinline__ void ws_mma<64>(float (&d)[32], uint64_t ad, uint64_t bd, int scale_d) {
-#ifdef WG_HAVE_WGMMA
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
-        "%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(ad), "l"(bd), "r"(scale_d));
-#endif
-}
-
 // Eight escape bytes of the list from index `at`. The buffer is padded past the list: the clamp never moves a valid
 // cursor's window, it only keeps a bad one inside the buffer.
 __device__ __forceinline__ unsigned long long ws_window8(const uint8_t* escapes, uint32_t n_escapes, uint32_t at) {
@@ -313,11 +266,11 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
                                  : "memory");
 #endif
                 }
-#if defined(WG_HAVE_WGMMA) && !defined(WS_DIAG_NO_FENCE)
-                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   // the stores, for wgmma's reads
+#ifndef WS_DIAG_NO_FENCE
+                wg_proxy_fence();   // the stores, for wgmma's reads
 #endif
                 __syncwarp();
-                if (lane == 0) ws_bar_arrive(&full[s]);
+                if (lane == 0) wg_bar_arrive(&full[s]);
             }
         };
         // V stages a visit: their inputs loaded together (one memory latency a visit), then decoded stage by stage.
@@ -362,11 +315,11 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
         const uint32_t a = ring + s * STAGE + h * (64 * 128), b = ring + s * STAGE + W_BYTES;
         wg_fence();
 #pragma unroll
-        for (int k16 = 0; k16 < 4; ++k16) ws_mma<RT>(acc, ws_desc(a + 32 * k16), ws_desc(b + 32 * k16), (j | k16) != 0);
+        for (int k16 = 0; k16 < 4; ++k16) wg_mma_ss<RT>(acc, ws_desc(a + 32 * k16), ws_desc(b + 32 * k16), (j | k16) != 0);
         wg_commit();
         if (j > 0) {
             wg_wait<1>();
-            if (lane == 0) ws_bar_arrive(&empty[(j - 1) & (WS_STAGES - 1)]);
+            if (lane == 0) wg_bar_arrive(&empty[(j - 1) & (WS_STAGES - 1)]);
         }
     }
     wg_wait<0>();

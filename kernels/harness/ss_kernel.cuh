@@ -48,66 +48,6 @@ constexpr int SS_BM = 128, SS_BK = 64;
 #endif
 static_assert((SS_STAGES & (SS_STAGES - 1)) == 0, "SS_STAGES: a power of two (6 stages hung, not investigated)");
 
-// One plain arrival on an mbarrier (the mbarrier, bulk-copy and wgmma primitives are df11_tc_wg.cuh's).
-__device__ __forceinline__ void ss_bar_arrive(uint64_t* bar) {
-#ifdef WG_HAVE_WGMMA
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(wg_smem_addr(bar)) : "memory");
-#endif
-}
-// Generic-proxy stores to shared memory made visible to the async proxy (wgmma reads).
-__device__ __forceinline__ void ss_proxy_fence() {
-#ifdef WG_HAVE_WGMMA
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-// wgmma m64nNk16, A and B by descriptor; d N / 2 floats; scale_d 0 zeroes the accumulators first.
-template <int N>
-__device__ __forceinline__ void ss_mma(float (&d)[N / 2], uint64_t ad, uint64_t bd, int scale_d);
-template <>
-__device__ __forceinline__ void ss_mma<16>(float (&d)[8], uint64_t ad, uint64_t bd, int scale_d) {
-#ifdef WG_HAVE_WGMMA
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "l"(ad), "l"(bd), "r"(scale_d));
-#endif
-}
-template <>
-__device__ __forceinline__ void ss_mma<32>(float (&d)[16], uint64_t ad, uint64_t bd, int scale_d) {
-#ifdef WG_HAVE_WGMMA
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(ad), "l"(bd), "r"(scale_d));
-#endif
-}
-template <>
-__device__ __forceinline__ void ss_mma<64>(float (&d)[32], uint64_t ad, uint64_t bd, int scale_d) {
-#ifdef WG_HAVE_WGMMA
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(ad), "l"(bd), "r"(scale_d));
-#endif
-}
-template <>
-__device__ __forceinline__ void ss_mma<128>(float (&d)[64], uint64_t ad, uint64_t bd, int scale_d) {
-#ifdef WG_HAVE_WGMMA
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(ad), "l"(bd), "r"(scale_d));
-#endif
-}
-
 // A no-swizzle K-major descriptor with the given byte offsets between core matrices adjacent in K (lbo) and in M/N
 // (sbo): wg_desc's with lbo 128, sbo 256.
 __device__ __forceinline__ uint64_t ss_desc(const void* smem, uint32_t lbo, uint32_t sbo) {
@@ -229,10 +169,10 @@ __global__ void __launch_bounds__(128 * (PW + 2), SS_CTAS) ss_gemm(const SsArgs 
                 ss_decode(in, a, esc_table, reinterpret_cast<uint16_t*>(sw) + 2048 * warp, lane);
 #endif
 #ifndef SS_NO_FENCE   // diagnostic (a race): the fence's cost
-                ss_proxy_fence();
+                wg_proxy_fence();
 #endif
                 __syncwarp();
-                if (lane == 0) ss_bar_arrive(&full[s]);
+                if (lane == 0) wg_bar_arrive(&full[s]);
             }
         }
         return;
@@ -260,12 +200,12 @@ __global__ void __launch_bounds__(128 * (PW + 2), SS_CTAS) ss_gemm(const SsArgs 
             const uint64_t ad = wg_desc(sw + k16 * 2048 + g * 1024);
 #pragma unroll
             for (int nh = 0; nh < NH; ++nh)
-                ss_mma<NT>(acc[nh], ad, wg_desc(sx + k16 * RT * 16 + nh * NT * 16), (j | k16) != 0);
+                wg_mma_ss<NT>(acc[nh], ad, wg_desc(sx + k16 * RT * 16 + nh * NT * 16), (j | k16) != 0);
         }
         wg_commit();
         if (j > 0) {
             wg_wait<1>();
-            if (lane == 0) ss_bar_arrive(&empty[(j - 1) % SS_STAGES]);
+            if (lane == 0) wg_bar_arrive(&empty[(j - 1) % SS_STAGES]);
         }
     }
     wg_wait<0>();
