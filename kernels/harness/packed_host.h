@@ -1,11 +1,13 @@
-// Host pieces of the product harnesses (tall_probe.cu, decode_probe.cu, ring_probe.cu): synthetic BF16 weights, the packed form
-// built on the host in any storage order, CUDA graphs timed. Written for this project.
+// Host pieces of the product harnesses (tall_probe.cu, decode_probe.cu, ring_probe.cu, ss_probe.cu, ws_probe.cu):
+// synthetic BF16 weights, the packed form built on the host in any storage order, the cuBLAS reference product and
+// the check against it, CUDA graphs timed. Written for this project.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -142,6 +144,38 @@ static float bf16_to_f(uint16_t v) {
     float f;
     memcpy(&f, &u, 4);
     return f;
+}
+
+// y [nb, m.rows] = x [nb, m.cols] m.w^T by cuBLAS (BF16 in and out, fp32 sums, the default algorithm): the
+// harnesses' reference product.
+static void cublas_product(cublasHandle_t h, const Member& m, const void* x, void* y, int nb) {
+    const float one = 1.0f, zero = 0.0f;
+    CB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m.rows, nb, m.cols, &one, m.w, CUDA_R_16BF, m.cols, x, CUDA_R_16BF,
+                    m.cols, &zero, y, CUDA_R_16BF, m.rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// A cuBLAS handle on stream st with a 32 MiB workspace.
+static cublasHandle_t cublas_on(cudaStream_t st) {
+    cublasHandle_t h;
+    CB(cublasCreate(&h));
+    CB(cublasSetStream(h, st));
+    void* ws;
+    CK(cudaMalloc(&ws, 32 << 20));
+    CB(cublasSetWorkspace(h, ws, 32 << 20));
+    return h;
+}
+
+// Whether the n BF16 values y are each within a few BF16 ulps (of ref's largest value) of ref's (a NaN never is);
+// worst and scale: the largest difference and ref's largest value.
+static bool close_to(const uint16_t* y, const uint16_t* ref, size_t n, double& worst, double& scale) {
+    worst = 0;
+    scale = 0;
+    for (size_t i = 0; i < n; ++i) {
+        const double d = fabsf(bf16_to_f(y[i]) - bf16_to_f(ref[i]));
+        worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+        scale = std::max(scale, (double)fabsf(bf16_to_f(ref[i])));
+    }
+    return worst <= 1.6e-2 * scale;
 }
 
 template <class F>

@@ -85,12 +85,6 @@ static void launch_tall(const Member& m, bool twin, const __nv_bfloat16* x, __nv
     CK(cudaLaunchKernelEx(&rc, tall_reduce, (const float*)partial, y, nb, m.rows, m.cols, grid, mt));
 }
 
-static void cublas_product(cublasHandle_t h, const Member& m, const __nv_bfloat16* x, __nv_bfloat16* y, int nb) {
-    const float one = 1.0f, zero = 0.0f;
-    CB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m.rows, nb, m.cols, &one, m.w, CUDA_R_16BF, m.cols, x, CUDA_R_16BF,
-                    m.cols, &zero, y, CUDA_R_16BF, m.rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
 int main(int argc, char** argv) {
     int iters = 200;
     std::vector<int> rows_list;

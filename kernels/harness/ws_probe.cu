@@ -179,12 +179,7 @@ int main(int argc, char** argv) {
     CK(cudaGetLastError());
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    cublasHandle_t hb;
-    CB(cublasCreate(&hb));
-    CB(cublasSetStream(hb, st));
-    void* ws;
-    CK(cudaMalloc(&ws, 32 << 20));
-    CB(cublasSetWorkspace(hb, ws, 32 << 20));
+    const cublasHandle_t hb = cublas_on(st);
     int fails = 0;
     printf("\nper layer, us (4 products, one graph): twin / DF11 against cuBLAS\n");
     for (const int R : rows_list) {
@@ -199,10 +194,7 @@ int main(int argc, char** argv) {
             else launch<64>(p, x, R, df11, st);
         };
         auto cublas = [&](const Prod& p) {
-            const float one = 1.0f, zero = 0.0f;
-            CB(cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, p.m->rows, R, p.m->cols, &one, p.m->w, CUDA_R_16BF, p.m->cols,
-                            x, CUDA_R_16BF, p.m->cols, &zero, p.y_cublas, CUDA_R_16BF, p.m->rows, CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT));
+            cublas_product(hb, *p.m, x, p.y_cublas, R);
         };
         std::string checks;
         for (auto& p : ps) {
@@ -219,13 +211,8 @@ int main(int argc, char** argv) {
             CK(cudaMemcpyAsync(yc.data(), p.y_cublas, 2 * n, cudaMemcpyDeviceToHost, st));
             CK(cudaStreamSynchronize(st));
             const bool same = !p.df11 || memcmp(yt.data(), yd.data(), 2 * n) == 0;
-            double worst = 0, scale = 0;
-            for (size_t i = 0; i < n; ++i) {
-                const double d = fabsf(bf16_to_f(yt[i]) - bf16_to_f(yc[i]));
-                worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-                scale = std::max(scale, (double)fabsf(bf16_to_f(yc[i])));
-            }
-            const bool close = worst <= 1.6e-2 * scale;   // a few BF16 ulps of the largest output
+            double worst, scale;
+            const bool close = close_to(yt.data(), yc.data(), n, worst, scale);
             fails += !same + !close;
             if (!same || !close)
                 checks += std::string(" ") + p.m->name + (same ? "" : ": DF11 != twin") +
