@@ -200,53 +200,47 @@ impl CudaOp2 for PackedTcOp<'_> {
         let tiling = TcTiling::new(rows, cols, nb, o.tiles)?;
         let xv = bf16_view(x, x_l, "x")?;
         let sm = sm.as_cuda_slice::<u8>()?;
-        // The warp-specialized kernels where the plan takes them, for both formats (`takes` sent
-        // a matrix they cannot read to the twin).
+        // Tiled members whose sub-steps are whole packed chunks: the warp-specialized kernels where
+        // the plan takes them (for both formats: `takes` sent a matrix they cannot read to the
+        // twin), else the warpgroup or panel kernel where the options turn them on, else the
+        // streaming kernel (the same output as those two).
         #[cfg(feature = "experimental-kernels")]
-        if ws::takes(&dev, cols, nb, o)? {
-            if !(tiled && self.whole_chunks() && ws::fits(g1, g2)) {
+        {
+            let warp_specialized = ws::takes(&dev, cols, nb, o)?;
+            let whole = tiled && self.whole_chunks();
+            if warp_specialized && !(whole && ws::fits(g1, g2)) {
                 candle_core::bail!(
                     "df11: the warp-specialized kernel cannot read the [{rows}, {cols}] matrix at element {base}"
                 );
             }
-            let matrix = tc_panel::PanelMatrix {
-                unit: u,
-                sign_mantissa: sm,
-                tables,
-                g1,
-                g2,
-                base,
-            };
-            if let Some(out) = ws::df11(&dev, &matrix, &xv, rows, cols, nb, o)? {
-                return Ok((
-                    CudaStorage::wrap_cuda_slice(out, dev),
-                    Shape::from((nb, rows)),
-                ));
-            }
-        }
-        // Tiled members whose sub-steps are whole packed chunks: the warpgroup or panel kernel
-        // where the options turn them on, else the streaming kernel (the same output).
-        #[cfg(feature = "experimental-kernels")]
-        if tiled && self.whole_chunks() {
-            let matrix = tc_panel::PanelMatrix {
-                unit: u,
-                sign_mantissa: sm,
-                tables,
-                g1,
-                g2,
-                base,
-            };
-            if let Some(out) = tc_wg::df11(&dev, &tiling, &matrix, &xv, rows, cols, nb, o)? {
-                return Ok((
-                    CudaStorage::wrap_cuda_slice(out, dev),
-                    Shape::from((nb, rows)),
-                ));
-            }
-            if let Some(out) = tc_panel::df11(&dev, &tiling, &matrix, &xv, rows, cols, nb, o)? {
-                return Ok((
-                    CudaStorage::wrap_cuda_slice(out, dev),
-                    Shape::from((nb, rows)),
-                ));
+            if whole {
+                let matrix = tc_panel::PanelMatrix {
+                    unit: u,
+                    sign_mantissa: sm,
+                    tables,
+                    g1,
+                    g2,
+                    base,
+                };
+                let out = if warp_specialized {
+                    ws::df11(&dev, &matrix, &xv, rows, cols, nb, o)?
+                } else {
+                    None
+                };
+                let out = match out {
+                    Some(out) => Some(out),
+                    None => tc_wg::df11(&dev, &tiling, &matrix, &xv, rows, cols, nb, o)?,
+                };
+                let out = match out {
+                    Some(out) => Some(out),
+                    None => tc_panel::df11(&dev, &tiling, &matrix, &xv, rows, cols, nb, o)?,
+                };
+                if let Some(out) = out {
+                    return Ok((
+                        CudaStorage::wrap_cuda_slice(out, dev),
+                        Shape::from((nb, rows)),
+                    ));
+                }
             }
         }
         // Tiled members whose sub-steps are whole packed chunks stream them (the same output).
@@ -344,18 +338,16 @@ impl CudaOp2 for TwinTcOp {
         let tiling = TcTiling::new(rows, cols, nb, o.tiles)?;
         let wv = bf16_view(w, w_l, "the weight")?;
         let xv = bf16_view(x, x_l, "x")?;
-        // The warp-specialized kernels where the plan takes them (as for DF11).
-        #[cfg(feature = "experimental-kernels")]
-        if let Some(out) = ws::twin(&dev, &wv, &xv, rows, cols, nb, o)? {
-            return Ok((
-                CudaStorage::wrap_cuda_slice(out, dev),
-                Shape::from((nb, rows)),
-            ));
-        }
+        // The warp-specialized kernels where the plan takes them (as for DF11), else the warpgroup
+        // or panel kernel where the options turn them on.
         #[cfg(feature = "experimental-kernels")]
         {
-            let wg = tc_wg::twin(&dev, &tiling, &wv, &xv, rows, cols, nb, o)?;
-            let out = match wg {
+            let out = ws::twin(&dev, &wv, &xv, rows, cols, nb, o)?;
+            let out = match out {
+                Some(out) => Some(out),
+                None => tc_wg::twin(&dev, &tiling, &wv, &xv, rows, cols, nb, o)?,
+            };
+            let out = match out {
                 Some(out) => Some(out),
                 None => tc_panel::twin(&dev, &tiling, &wv, &xv, rows, cols, nb, o)?,
             };

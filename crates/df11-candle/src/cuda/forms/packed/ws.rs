@@ -168,8 +168,10 @@ fn plan(
     }
     let rt = x_tile(nb);
     let tiles = nb.div_ceil(rt) * rows.div_ceil(TILE_ROWS);
-    if tiles > tc_panel::MAX_GROUPS {
-        return Ok(None); // more tiles than counters: another kernel, the same for both formats
+    // More tiles than counters, or weight tiles than a grid's y: another kernel, the same for both
+    // formats.
+    if tiles > tc_panel::MAX_GROUPS || rows.div_ceil(TILE_ROWS) > u16::MAX as usize {
+        return Ok(None);
     }
     let Some(counters) = tc_panel::counters(dev)? else {
         return Ok(None);
@@ -216,6 +218,13 @@ fn kernel(twin: bool, rt: usize) -> &'static str {
     }
 }
 
+/// What a launch multiplies `x` by: a DF11 matrix (whole tiled members in whole chunks that
+/// [`fits`]) or the twin's BF16 weights `[rows, cols]`.
+enum Weights<'a, 'b> {
+    Df11(&'a PanelMatrix<'b>),
+    Bf16(&'a CudaView<'b, bf16>),
+}
+
 /// The DF11 product `x` (`[nb, cols]`) times the `[rows, cols]` matrix `m` transposed, or
 /// `None` where the kernels do not run now (the caller takes another kernel; [`takes`] and the
 /// same conditions hold for the twin). The caller has checked that the matrix is whole tiled
@@ -229,32 +238,7 @@ pub(crate) fn df11(
     nb: usize,
     options: &Df11Options,
 ) -> candle_core::Result<Option<CudaSlice<bf16>>> {
-    let Some(p) = plan(dev, false, rows, cols, nb, options)? else {
-        return Ok(None);
-    };
-    let stream = dev.cuda_stream();
-    let xmap = {
-        let (ptr, _guard) = x.device_ptr(&stream);
-        tensor_map(ptr, nb, cols, x_tile(nb))?
-    };
-    // SAFETY: every output is written by the kernel.
-    let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
-    let func = MODULE.func(dev, p.name)?;
-    let (nb_, rows_, cols_, base_) = (nb as i32, rows as i32, cols as i32, m.base as i64);
-    let mut a = RawArgs::new(&stream);
-    m.push_weights(&mut a);
-    a.scalar(&xmap).buffer(&out);
-    a.buffer(&p.partial).buffer(&*p.counters);
-    a.scalar(&nb_).scalar(&rows_).scalar(&cols_).scalar(&base_);
-    // SAFETY: the kernel's host guarantees (kernels/df11_ws_gemm.cu): an sm_90a build on a 9.0
-    // device (`takes`), whole chunks of tiled members (rows % 8 == 0, base % 2048 == 0, cols a
-    // multiple of 2048: the caller's checks) with tables changing on tile boundaries (`fits`),
-    // validated packed buffers; x a contiguous [nb, cols] view behind its tensor map, the grid,
-    // dynamic shared memory, partial sums and this stream's zeroed counters (fewer tiles than
-    // counters) of `plan`; arguments in WS_PACKED_ARGS order. With PDL it reads only the
-    // weights before its griddepcontrol.wait.
-    unsafe { pdl::launch_maybe(&func, p.cfg, &mut a, pdl::available(dev, options.pdl)?) }?;
-    Ok(Some(out))
+    product(dev, Weights::Df11(m), x, rows, cols, nb, options)
 }
 
 /// The twin's product `x` (`[nb, cols]`) times `w` (`[rows, cols]`, BF16) transposed, or `None`
@@ -268,30 +252,64 @@ pub(crate) fn twin(
     nb: usize,
     options: &Df11Options,
 ) -> candle_core::Result<Option<CudaSlice<bf16>>> {
-    let Some(p) = plan(dev, true, rows, cols, nb, options)? else {
+    product(dev, Weights::Bf16(w), x, rows, cols, nb, options)
+}
+
+/// Plans and launches one product of either format ([`df11`], [`twin`]).
+fn product(
+    dev: &CudaDevice,
+    weights: Weights<'_, '_>,
+    x: &CudaView<'_, bf16>,
+    rows: usize,
+    cols: usize,
+    nb: usize,
+    options: &Df11Options,
+) -> candle_core::Result<Option<CudaSlice<bf16>>> {
+    let twin = matches!(weights, Weights::Bf16(_));
+    let Some(p) = plan(dev, twin, rows, cols, nb, options)? else {
         return Ok(None);
     };
     let stream = dev.cuda_stream();
-    let (wmap, xmap) = {
-        let (wp, _wg) = w.device_ptr(&stream);
-        let (xp, _xg) = x.device_ptr(&stream);
-        (
-            tensor_map(wp, rows, cols, TILE_ROWS)?,
-            tensor_map(xp, nb, cols, x_tile(nb))?,
-        )
+    let map = |v: &CudaView<'_, bf16>, outer: usize, box_rows: usize| {
+        let (ptr, _guard) = v.device_ptr(&stream);
+        tensor_map(ptr, outer, cols, box_rows)
+    };
+    let xmap = map(x, nb, x_tile(nb))?;
+    // (The DF11 kernels take no weight map: theirs is unused.)
+    let wmap = match weights {
+        Weights::Bf16(w) => map(w, rows, TILE_ROWS)?,
+        Weights::Df11(_) => TensorMap([0; 16]),
     };
     // SAFETY: every output is written by the kernel.
     let out = unsafe { dev.alloc::<bf16>(nb * rows) }?;
     let func = MODULE.func(dev, p.name)?;
     let (nb_, rows_, cols_) = (nb as i32, rows as i32, cols as i32);
+    let base_ = match weights {
+        Weights::Df11(m) => m.base as i64,
+        Weights::Bf16(_) => 0,
+    };
     let mut a = RawArgs::new(&stream);
-    a.scalar(&wmap).scalar(&xmap).buffer(&out);
+    match weights {
+        Weights::Df11(m) => m.push_weights(&mut a),
+        Weights::Bf16(_) => {
+            a.scalar(&wmap);
+        }
+    }
+    a.scalar(&xmap).buffer(&out);
     a.buffer(&p.partial).buffer(&*p.counters);
     a.scalar(&nb_).scalar(&rows_).scalar(&cols_);
-    // SAFETY: w and x are contiguous BF16 views of [rows, cols] and [nb, cols] (cols a multiple
-    // of 2048, so every row is 16-byte aligned) behind their tensor maps; grid, shared memory,
-    // partial sums and counters as for [`df11`]; arguments in WS_TWIN_ARGS order. The kernel
-    // waits for the kernel before it before it reads x or w (w may be that kernel's output).
+    if !twin {
+        a.scalar(&base_);
+    }
+    // SAFETY: the kernels' host guarantees (kernels/df11_ws_gemm.cu): an sm_90a build on a 9.0
+    // device (`takes`); x (and the twin's w) contiguous BF16 views of [nb, cols] ([rows, cols])
+    // behind their tensor maps, cols a multiple of 2048 so that every row is 16-byte aligned; the
+    // grid, dynamic shared memory, partial sums and this stream's zeroed counters (fewer tiles
+    // than counters) of `plan`. DF11: whole chunks of tiled members (rows % 8 == 0, base % 2048
+    // == 0: the caller's checks) whose tables change on tile boundaries (`fits`), validated
+    // packed buffers. Arguments in WS_PACKED_ARGS / WS_TWIN_ARGS order. With PDL the kernels read
+    // only DF11 weights before their griddepcontrol.wait (the twin's w may be the kernel
+    // before's output).
     unsafe { pdl::launch_maybe(&func, p.cfg, &mut a, pdl::available(dev, options.pdl)?) }?;
     Ok(Some(out))
 }
