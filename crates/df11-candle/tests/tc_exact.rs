@@ -510,3 +510,52 @@ fn warp_specialized_products_keep_df11_and_its_twin_alike() {
     }
     g.check_status().unwrap();
 }
+
+/// Stacked members under the warp-specialized kernels (`DF11_TC_WS=all`): where the members'
+/// tables change on the kernels' 128-row tiles they read the stack, elsewhere the stack is decoded
+/// for the twin; either way the stacked DF11 layer equals the dense BF16 stack with the same
+/// options bit for bit, at 9-64 rows.
+#[cfg(feature = "experimental-kernels")]
+#[test]
+fn warp_specialized_stacks_keep_df11_and_the_dense_stack_alike() {
+    use df11_candle::WsUse;
+    let options = Df11Options {
+        warp_specialized: WsUse::All,
+        ..fused_tiled(ExponentForm::Packed, TileMembers::Chunked)
+    };
+    let device = common::device();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(common::seed());
+    let shapes = [(40, 4096), (128, 4096), (256, 4096)];
+    let (w, g) = common::products::unit_of_shaped(&shapes, rng.gen(), &device, options, true);
+    let cols = 4096;
+    let member_w = |i: usize| {
+        let at: usize = shapes[..i].iter().map(|(r, c)| r * c).sum();
+        w[at..at + shapes[i].0 * shapes[i].1].to_vec()
+    };
+    // [1, 2]: the second member begins at row 128, a tile boundary (the kernel reads the stack);
+    // [0, 1] and [0, 1, 2]: at row 40 (decoded for the twin).
+    for picked in [vec![1usize, 2], vec![0, 1], vec![0, 1, 2]] {
+        let rows: usize = picked.iter().map(|&i| shapes[i].0).sum();
+        let members = picked
+            .iter()
+            .map(|&i| (g.clone(), i, shapes[i].0))
+            .collect();
+        let stacked = Df11Linear::stacked(members, cols, None, DType::BF16)
+            .unwrap()
+            .with_options(options);
+        let dense_w: Vec<bf16> = picked.iter().flat_map(|&i| member_w(i)).collect();
+        let dense = df11_candle::Linear::dense(
+            Tensor::from_vec(dense_w, (rows, cols), &device).unwrap(),
+            None,
+            options,
+        );
+        for batch in [9, 17, 33, 64] {
+            let (_, x) = random_x(&mut rng, batch, cols, &device);
+            assert!(
+                bits(&stacked.forward(&x).unwrap()) == bits(&dense.forward(&x).unwrap()),
+                "members {picked:?} batch {batch}: stacked DF11 differs from the dense stack"
+            );
+        }
+    }
+    g.check_status().unwrap();
+}
