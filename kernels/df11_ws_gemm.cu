@@ -75,8 +75,35 @@ __host__ __device__ constexpr int ws_producer_regs(int rt, bool twin) {
 }
 __host__ __device__ constexpr int ws_consumer_regs(int rt, bool twin) { return 128 - ws_producer_regs(rt, twin); }
 
-// Dynamic shared memory of a launch: the ring (1024-byte aligned inside: the swizzle's period), its barriers.
-__host__ __device__ constexpr int ws_smem_bytes(int rt) { return WS_STAGES * (WS_BM + rt) * WS_BK * 2 + 16 * WS_STAGES + 1024; }
+// ASYNC INPUTS (experimental, -DWS_ASYNC; not in the default build, nor in the library's mirror of ws_smem_bytes): a
+// DF11 producer warp brings its stages' codes and sign_mantissa bytes into a private ring of ws_async_depth slots in
+// shared memory by cp.async (16 bytes a lane, no registers held while in flight), depth - 1 stages ahead of its
+// decode, instead of loading a visit's inputs into registers and waiting for them. Below 64 rows of x tile only (two
+// CTAs an SM leave no room at 64). Needs codes and sign_mantissa 16-byte aligned.
+#ifndef WS_ASYNC
+#define WS_ASYNC 0
+#endif
+// Slots at 16 and 32 rows of x tile: the most that fit beside a 4-stage ring and the escape-bits table at two CTAs an
+// SM (with WS_STAGES=2: 6 at both).
+#ifndef WS_ASYNC_DEPTH16
+#define WS_ASYNC_DEPTH16 3
+#endif
+#ifndef WS_ASYNC_DEPTH32
+#define WS_ASYNC_DEPTH32 2
+#endif
+// A slot: a producer warp's inputs of one stage, its four sub-steps' codes of the pass (96 bytes each; a lane's word
+// pair may reach 4 bytes past them, into the next sub-step's, whose bits the decode does not use) then their
+// sign_mantissa bytes (256 each).
+constexpr int WS_SLOT_CODES = 96, WS_SLOT_SM = 4 * WS_SLOT_CODES, WS_SLOT = WS_SLOT_SM + 4 * 256;
+__host__ __device__ constexpr int ws_async_depth(int rt, bool twin) {
+    return !WS_ASYNC || twin || rt >= 64 ? 0 : rt <= 16 ? WS_ASYNC_DEPTH16 : WS_ASYNC_DEPTH32;
+}
+
+// Dynamic shared memory of a launch: the ring (1024-byte aligned inside: the swizzle's period), its barriers (and, with
+// WS_ASYNC, the producer warps' input slots).
+__host__ __device__ constexpr int ws_smem_bytes(int rt, bool twin = false) {
+    return WS_STAGES * (WS_BM + rt) * WS_BK * 2 + 16 * WS_STAGES + 1024 + 8 * WS_SLOT * ws_async_depth(rt, twin);
+}
 
 // A TMA tensor map (CUtensorMap's 128 opaque bytes, made by the host with cuTensorMapEncodeTiled).
 struct __align__(64) WsMap {
@@ -117,6 +144,16 @@ __device__ __forceinline__ uint2 ws_ld2(const uint2* p) {
     uint2 v;
     asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
     return v;
+}
+// cp.async of 16 bytes, not kept in L1, L2 fetching 256 bytes; a commit of the thread's copies as a group; a wait
+// until at most N of its groups are in flight (WS_ASYNC).
+__device__ __forceinline__ void ws_cp16(uint32_t dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void ws_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void ws_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 // The escapes among a pass's eight codes (24 bits).
 __device__ __forceinline__ uint32_t ws_escapes(uint32_t c24) { return __popc(c24 & (c24 >> 1) & (c24 >> 2) & 0x249249u); }
@@ -273,6 +310,53 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
                 if (lane == 0) wg_bar_arrive(&full[s]);
             }
         };
+        constexpr int D = ws_async_depth(RT, TWIN);
+        if constexpr (D > 0) {
+            // WS_ASYNC: stage j's inputs land in slot j % D of the warp's ring, issued D - 1 stages ahead. Lanes 0-5
+            // copy a sub-step's codes of the pass, lanes 16-31 its sign_mantissa bytes.
+            const uint32_t slots = ring + WS_STAGES * STAGE + 16 * WS_STAGES + pw * D * WS_SLOT;
+            const uint8_t* const slots_p = smem + (slots - ring);
+            const uint8_t* const codes_b = reinterpret_cast<const uint8_t*>(pk.codes);
+            auto issue = [&](int j) {
+                if (j < nst) {
+                    const int grp = g0 + (j >> 3), i = j & 7;
+                    const uint32_t slot = slots + (j % D) * WS_SLOT;
+#pragma unroll
+                    for (int u = 0; u < 4; ++u) {
+                        const uint32_t c = chunk_of(grp, u);
+                        if (lane < 6)
+                            ws_cp16(slot + WS_SLOT_CODES * u + 16 * lane, codes_b + 768ull * c + 96 * i + 16 * lane);
+                        else if (lane >= 16)
+                            ws_cp16(slot + WS_SLOT_SM + 256 * u + 16 * (lane - 16),
+                                    sign_mantissa + 2048ull * c + 256 * i + 16 * (lane - 16));
+                    }
+                }
+                ws_cp_commit();   // (an empty group past the last stage: the waits below count alike)
+            };
+#pragma unroll
+            for (int j = 0; j < D - 1; ++j) issue(j);
+            const uint32_t sh = (24u * lane) & 31u, word = (24u * lane) >> 5;
+            for (int j = 0; j < nst; ++j) {
+                // The slot written here was read at stage j - 1, before its closing __syncwarp.
+                issue(j + D - 1);
+                ws_cp_wait<D - 1>();
+                __syncwarp();   // every lane's copies of stage j landed
+                const uint8_t* const slot = slots_p + (j % D) * WS_SLOT;
+                uint32_t c24[4];
+                uint2 sm[4];
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const uint32_t* cw = reinterpret_cast<const uint32_t*>(slot + WS_SLOT_CODES * u) + word;
+                    c24[u] = __funnelshift_r(cw[0], cw[1], sh);
+                    sm[u] = reinterpret_cast<const uint2*>(slot + WS_SLOT_SM + 256 * u)[lane];
+                }
+                stage(j, c24, sm);
+            }
+#ifdef WS_DIAG_TIMES
+            if (lane == 0) atomicAdd(ws_diag_cycles + 2, (unsigned long long)(clock64() - t_start));
+#endif
+            return;
+        }
         // V stages a visit: their inputs loaded together (one memory latency a visit), then decoded stage by stage.
         constexpr int V = RT >= 64 ? 1 : WS_VISIT;
         for (int j = 0; j < nst; j += V) {

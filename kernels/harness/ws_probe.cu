@@ -116,7 +116,7 @@ static void launch(const Prod& p, const uint16_t* x, int R, bool df11, cudaStrea
             m.codes, m.chunk_escapes, m.lane_starts, m.n_chunks, m.escapes, m.n_escapes, m.t0, m.t1, m.t0, m.t1, m.t0,
             m.t1, 1 << 30, 1 << 30, m.sm, xmap, y, g_partial, g_counters, R, N, K, 0ll);
     else
-        WsKernels<RT>::twin<<<grid, WS_THREADS, ws_smem_bytes(RT), st>>>(p.wmap, xmap, y, g_partial, g_counters, R, N, K);
+        WsKernels<RT>::twin<<<grid, WS_THREADS, ws_smem_bytes(RT, true), st>>>(p.wmap, xmap, y, g_partial, g_counters, R, N, K);
 }
 
 int main(int argc, char** argv) {
@@ -136,12 +136,19 @@ int main(int argc, char** argv) {
     printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
     if (g_target_ctas == 0) g_target_ctas = 2 * prop.multiProcessorCount;
     printf("split K to reach %d CTAs a product (at most %d splits)\n", g_target_ctas, g_max_splits);
-    CK(cudaFuncSetAttribute(df11_ws_gemm_16, cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem_bytes(16)));
-    CK(cudaFuncSetAttribute(df11_ws_gemm_32, cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem_bytes(32)));
-    CK(cudaFuncSetAttribute(df11_ws_gemm_64, cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem_bytes(64)));
-    CK(cudaFuncSetAttribute(bf16_ws_gemm_16, cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem_bytes(16)));
-    CK(cudaFuncSetAttribute(bf16_ws_gemm_32, cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem_bytes(32)));
-    CK(cudaFuncSetAttribute(bf16_ws_gemm_64, cudaFuncAttributeMaxDynamicSharedMemorySize, ws_smem_bytes(64)));
+    // Each kernel's shared memory, and the CTAs an SM it gets with it (the kernels are written for two).
+    auto prepare = [](const void* f, const char* name, int smem) {
+        CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        int ctas = 0;
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, f, WS_THREADS, smem));
+        printf("%s: %d B dynamic shared memory, %d CTAs an SM%s\n", name, smem, ctas, ctas == 2 ? "" : " (not two!)");
+    };
+    prepare((const void*)df11_ws_gemm_16, "df11_ws_gemm_16", ws_smem_bytes(16));
+    prepare((const void*)df11_ws_gemm_32, "df11_ws_gemm_32", ws_smem_bytes(32));
+    prepare((const void*)df11_ws_gemm_64, "df11_ws_gemm_64", ws_smem_bytes(64));
+    prepare((const void*)bf16_ws_gemm_16, "bf16_ws_gemm_16", ws_smem_bytes(16, true));
+    prepare((const void*)bf16_ws_gemm_32, "bf16_ws_gemm_32", ws_smem_bytes(32, true));
+    prepare((const void*)bf16_ws_gemm_64, "bf16_ws_gemm_64", ws_smem_bytes(64, true));
     {
         cudaFuncAttributes fa, fb;
         CK(cudaFuncGetAttributes(&fa, df11_ws_gemm_64));
