@@ -78,8 +78,9 @@ __host__ __device__ constexpr int ws_consumer_regs(int rt, bool twin) { return 1
 // ASYNC INPUTS (experimental, -DWS_ASYNC; not in the default build, nor in the library's mirror of ws_smem_bytes): a
 // DF11 producer warp brings its stages' codes and sign_mantissa bytes into a private ring of ws_async_depth slots in
 // shared memory by cp.async (16 bytes a lane, no registers held while in flight), depth - 1 stages ahead of its
-// decode, instead of loading a visit's inputs into registers and waiting for them. Below 64 rows of x tile only (two
-// CTAs an SM leave no room at 64). Needs codes and sign_mantissa 16-byte aligned.
+// decode, instead of loading a visit's inputs into registers and waiting for them; the next group's escape windows are
+// read at this group's pass 4. Below 64 rows of x tile only (two CTAs an SM leave no room at 64). Needs codes and
+// sign_mantissa 16-byte aligned.
 #ifndef WS_ASYNC
 #define WS_ASYNC 0
 #endif
@@ -231,6 +232,14 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
         if (!TWIN)
 #pragma unroll
             for (int u = 0; u < 4; ++u) nxt[u] = lane_start(chunk_of(g0, u));
+        // WS_ASYNC: the next group's escape windows too are read ahead (at its pass 4 of this group, once nxt has
+        // come), so that a group's start waits for no load.
+        constexpr int D = ws_async_depth(RT, TWIN);
+        unsigned long long held_next[D > 0 ? 4 : 1];
+        if constexpr (D > 0) {
+#pragma unroll
+            for (int u = 0; u < 4; ++u) held_next[u] = fg_rot64(ws_window8(pk.escapes, pk.n_escapes, nxt[u]));
+        }
         // A stage's inputs of the lane: each sub-step's codes of the pass and sign_mantissa bytes.
         auto load = [&](int j, uint32_t(&c24)[4], uint2(&sm)[4]) {
             const int grp = g0 + (j >> 3), i = j & 7;
@@ -255,9 +264,17 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
                     for (int u = 0; u < 4; ++u) {
                         cur[u] = nxt[u];
                         if (grp + 1 < g1) nxt[u] = lane_start(chunk_of(grp + 1, u));
-                        held[u] = fg_rot64(ws_window8(pk.escapes, pk.n_escapes, cur[u]));
+                        if constexpr (D > 0) held[u] = held_next[u];
+                        else held[u] = fg_rot64(ws_window8(pk.escapes, pk.n_escapes, cur[u]));
                     }
                     used = 0;
+                }
+                if constexpr (D > 0) {
+                    if (i == 4 && grp + 1 < g1) {
+#pragma unroll
+                        for (int u = 0; u < 4; ++u)
+                            held_next[u] = fg_rot64(ws_window8(pk.escapes, pk.n_escapes, nxt[u]));
+                    }
                 }
             }
 #ifdef WS_DIAG_TIMES
@@ -310,7 +327,6 @@ __device__ __forceinline__ void ws_gemm(const FgPacked& pk, const TsTables& tabs
                 if (lane == 0) wg_bar_arrive(&full[s]);
             }
         };
-        constexpr int D = ws_async_depth(RT, TWIN);
         if constexpr (D > 0) {
             // WS_ASYNC: stage j's inputs land in slot j % D of the warp's ring, issued D - 1 stages ahead. Lanes 0-5
             // copy a sub-step's codes of the pass, lanes 16-31 its sign_mantissa bytes.
