@@ -149,6 +149,15 @@ pub(crate) fn smem_per_block_optin(dev: &CudaDevice) -> candle_core::Result<usiz
         .w()? as usize)
 }
 
+/// The SMs (multiprocessors) of `dev`.
+pub(crate) fn multiprocessors(dev: &CudaDevice) -> candle_core::Result<usize> {
+    Ok(dev
+        .cuda_stream()
+        .context()
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .w()? as usize)
+}
+
 /// How many CTAs of `THREADS` threads with `smem` bytes of dynamic shared memory of kernel `name`
 /// of `module` an SM of `dev` holds at once (the driver's occupancy: registers, shared memory and
 /// the kernel's launch bounds), at least 1; cached per context, kernel and `smem`. For layouts
@@ -201,10 +210,7 @@ pub(crate) fn launch_config_in(
     work: usize,
     ctas_per_sm: u32,
 ) -> candle_core::Result<LaunchConfig> {
-    let ctx = dev.cuda_stream().context().clone();
-    let max = ctx
-        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
-        .w()? as usize;
+    let max = smem_per_block_optin(dev)?;
     if smem > max {
         candle_core::bail!(
             "df11: the fused kernel needs {smem} bytes of shared memory, the device has {max}"
@@ -213,9 +219,7 @@ pub(crate) fn launch_config_in(
     if smem > 48 * 1024 {
         allow_dynamic_smem(&*module.func(dev, name)?, smem)?;
     }
-    let sms = ctx
-        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .w()? as u32;
+    let sms = multiprocessors(dev)? as u32;
     Ok(LaunchConfig {
         grid_dim: ((work as u32).clamp(1, sms * ctas_per_sm), 1, 1),
         block_dim: (THREADS, 1, 1),

@@ -3,16 +3,14 @@
 use std::ops::Range;
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::sys::{
-    CUdevice_attribute, CUfunction_attribute_enum,
-};
+use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute_enum;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CudaStorage, Layout, Shape};
 
 use super::kernels;
 use crate::codec::decode::{block_elements, decode_base};
-use crate::cuda::launch::push_args;
+use crate::cuda::launch::{multiprocessors, push_args, smem_per_block_optin};
 use crate::cuda::module::{fatbin_module, Module};
 use crate::error::{Df11Error, Result, UnitDefect};
 use crate::format::unit::UnitLayout;
@@ -90,13 +88,8 @@ impl HuffmanBuffers {
         } = arrays;
         let status = std::sync::Mutex::new(device.alloc_zeros::<u32>(1)?);
         let func = MODULE.func(device, KERNEL)?;
-        let ctx = device.cuda_stream().context().clone();
-        let sms = ctx
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .w()? as u32;
-        let max_smem = ctx
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
-            .w()? as usize;
+        let sms = multiprocessors(device)? as u32;
+        let max_smem = smem_per_block_optin(device)?;
         // The kernel's direct mode (sign_mantissa read from global memory at copy-out): measured
         // as fast as its staged mode on real-sized units, and it needs the least shared memory.
         let cap = (max_block + 30) & !15;

@@ -15,7 +15,7 @@ use candle_core::cuda_backend::cudarc::driver::{
 use candle_core::cuda_backend::CudaDevice;
 use half::bf16;
 
-use crate::cuda::launch::{launch_config_in, smem_per_block_optin};
+use crate::cuda::launch::{launch_config_in, multiprocessors, smem_per_block_optin};
 use crate::cuda::module::{fatbin_module, Module};
 use crate::cuda::packed::tc_panel::{self, PanelMatrix};
 use crate::cuda::packed::tc_wg;
@@ -180,15 +180,7 @@ fn plan(
     let smem = smem_bytes(rt);
     // Sets the function's dynamic shared memory; its grid is set here.
     let mut cfg = launch_config_in(dev, &MODULE, name, smem, 1, 1)?;
-    let sms = {
-        use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute as A;
-        use candle_core::cuda_backend::WrapErr;
-        dev.cuda_stream()
-            .context()
-            .attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .w()? as usize
-    };
-    let s = splits(tiles, cols, sms);
+    let s = splits(tiles, cols, multiprocessors(dev)?);
     cfg.grid_dim = (
         nb.div_ceil(rt) as u32,
         rows.div_ceil(TILE_ROWS) as u32,
